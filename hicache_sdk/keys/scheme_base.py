@@ -1,0 +1,64 @@
+"""The key-scheme interface: how a page hash becomes physical objects."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..hostpool.layout import PoolLayout
+
+__all__ = ["ObjectSpec", "KeyScheme"]
+
+
+@dataclass(frozen=True)
+class ObjectSpec:
+    """One physical object of one page: its name, and which of the page's segments
+    (indices into ``PoolLayout.segment_sizes``, in the object's byte order) it holds."""
+
+    name: str
+    segments: tuple[int, ...]
+
+
+class KeyScheme(ABC):
+    """Maps ``(page_hash, pool)`` to the objects that store that page.
+
+    A scheme is bound to one deployment identity at construction:
+    ``storage_config`` (duck-typed ``HiCacheStorageConfig``: ranks, sizes, model name,
+    ``is_mla_model``), plus the SDK-level ``model_name`` override, ``namespace`` and secret
+    ``namespace_salt``. Pool geometry comes from :class:`PoolLayout` at call time.
+
+    ``has_header``: objects start with the SDK page header (only the ``default`` scheme).
+    """
+
+    name: ClassVar[str]
+    has_header: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        storage_config: Any,
+        *,
+        model_name: str | None = None,
+        namespace: str = "",
+        namespace_salt: str | None = None,
+    ) -> None:
+        self.storage_config = storage_config
+        self.model_name = model_name
+        self.namespace = namespace
+        self.namespace_salt = namespace_salt
+
+    @abstractmethod
+    def page_objects(self, page_hash: str, pool: PoolLayout) -> list[ObjectSpec]:
+        """The objects of one page of ``pool``. Raises ``ValueError`` for a page hash or
+        pool name that cannot be named safely, or a pool this scheme cannot store."""
+
+    @abstractmethod
+    def clear_prefix(self) -> str:
+        """The object-name prefix that ``clear()`` may remove: this scheme's namespace
+        (``""`` means every object of the transport, as SGLang's file backend does)."""
+
+    def identity(self, pool: PoolLayout) -> bytes:
+        """Bytes the default scheme's page header carries to reject foreign pages
+        (layout fingerprint plus the parallel identity). Schemes without a header may
+        return ``b""``."""
+        return b""

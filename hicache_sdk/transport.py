@@ -1,0 +1,110 @@
+"""The small interface a backend author implements: move bytes of named objects.
+
+A :class:`Transport` knows nothing of pages, pools, hit semantics or keys: the paged
+adapter (:mod:`hicache_sdk.paged`) owns those, once, for every backend.
+
+Buffers are lists of ``(address, nbytes)`` pairs (:data:`Segments`): one object is read
+into, or written from, the concatenation of its segments in order. Addresses point at
+memory that stays valid for the duration of the call only; a transport must not keep them
+(the resilience layer may substitute SDK-owned staging memory).
+
+Rules every transport follows:
+
+* thread-safe: SGLang calls a backend from four threads at once;
+* never raises for an I/O failure from ``exists``/``read``/``write``/``delete``: it
+  reports a miss / ``False`` and, optionally, a reason through :meth:`last_error`-style
+  counters of its own; it may raise :class:`TransportError` to say "the whole batch
+  failed" (the adapter turns that into misses and counts the reason);
+* every call into a server has a bounded time (the resilience layer adds deadlines on
+  top, but a transport must not block forever on its own);
+* ``write`` is create-if-absent: an existing object is left untouched and counts as
+  success, so concurrent writers never rewrite a page (``link``/rename-no-replace,
+  ``SET NX``, ``If-None-Match: *``, Mooncake ``put``);
+* an object is either wholly there or absent: no reader may see a partially written object.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar
+
+from .capabilities import Capabilities
+
+__all__ = ["Segment", "Segments", "SIZE_UNKNOWN", "Transport", "TransportError"]
+
+#: ``(address, nbytes)`` of one contiguous piece of memory.
+Segment = tuple[int, int]
+#: The scatter/gather list of one object.
+Segments = Sequence[Segment]
+
+#: Returned by :meth:`Transport.exists` for a present object whose size is not known cheaply.
+SIZE_UNKNOWN = -1
+
+
+class TransportError(Exception):
+    """A whole batch failed for an I/O reason (connection refused, timeout, ...).
+
+    ``reason`` is a short stable token used as a metrics label (``"connection"``,
+    ``"timeout"``, ``"disk_full"``, ...). The message must not contain secrets.
+    """
+
+    def __init__(self, message: str, reason: str = "io") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Transport(ABC):
+    """Existence, read, write and delete of many named objects.
+
+    Subclasses set :attr:`capabilities` and :attr:`max_segments` (how many segments one
+    object may be split into; ``1`` means the adapter gathers multi-segment pages through
+    one staging copy before calling the transport).
+    """
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: The most segments per object this transport accepts in one read/write.
+    max_segments: ClassVar[int] = 1 << 30
+
+    @abstractmethod
+    def exists(self, keys: Sequence[str]) -> list[int | None]:
+        """For each key: the object's size in bytes, :data:`SIZE_UNKNOWN` when present
+        but its size is not cheaply known, or ``None`` when absent. Duplicate keys get
+        the same answer. Empty input returns ``[]``."""
+
+    @abstractmethod
+    def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        """Read object ``keys[i]`` into ``buffers[i]``.
+
+        ``True`` only when the object exists and its size equals the total size of the
+        segments and every byte was read. A missing object, a size mismatch or an I/O
+        error gives ``False``; on ``False`` the buffer content is unspecified (the caller
+        never uses it). ``len(keys) == len(buffers)`` (the adapter guarantees it).
+        """
+
+    @abstractmethod
+    def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        """Create object ``keys[i]`` from ``buffers[i]`` unless it exists.
+
+        ``True`` when the object now exists (written, or already present and left
+        untouched). Publication is atomic: a concurrent reader sees the whole object or
+        nothing. Duplicate keys in one batch are allowed (the first write wins).
+        """
+
+    @abstractmethod
+    def delete(self, keys: Sequence[str]) -> None:
+        """Remove the objects if present; missing keys are ignored; errors are swallowed."""
+
+    def clear(self) -> None:
+        """Remove every object of this transport's namespace (never more than that).
+
+        The default raises ``NotImplementedError``; transports that declare the
+        ``delete`` capability and can enumerate their namespace implement it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot clear its namespace")
+
+    def close(self) -> None:
+        """Release connections and files. Idempotent."""
+
+    def health(self) -> bool:
+        """A cheap liveness probe used by the circuit breaker's half-open state."""
+        return True
