@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up, then run the main job on the embedded default backend (local files):
+# a real round trip of KV pages through `hicache ping file`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+root=$(mktemp -d -t hicache-demo.XXXXXX)
+trap 'rm -rf "$root"' EXIT
+.venv/bin/hicache backends
+.venv/bin/hicache ping file --config "{\"root\": \"$root\"}" --pages 16

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Create .venv and install the SDK, our backends, the conformance suite and the dev tools.
+# Idempotent; safe to re-run. Needs: python3 (3.10+) with venv, pip; package registries reachable.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+# torch first, pinned by constraints.txt (an unpinned torch would pull a multi-GB CUDA build).
+"${PIP[@]}" install -c constraints.txt torch==2.13.0 numpy
+"${PIP[@]}" install -c constraints.txt -r requirements-dev.txt
+"${PIP[@]}" install -c constraints.txt -e . -e backends/file -e conformance
