@@ -95,8 +95,9 @@ class Transport(ABC):
     def delete(self, keys: Sequence[str]) -> None:
         """Remove the objects if present; missing keys are ignored; errors are swallowed."""
 
-    def clear(self) -> None:
-        """Remove every object of this transport's namespace (never more than that).
+    def clear(self, prefix: str) -> None:
+        """Remove every object whose name starts with ``prefix``, within this transport's
+        own namespace/root (never more than that); ``""`` removes every object there.
 
         The default raises ``NotImplementedError``; transports that declare the
         ``delete`` capability and can enumerate their namespace implement it."""

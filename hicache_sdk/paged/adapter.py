@@ -1,0 +1,468 @@
+"""``PagedStorage``: the whole ``HiCacheStorage`` surface over any :class:`Transport`.
+
+A backend author subclasses :class:`PagedStorage`, sets ``config_cls``, ``capabilities``
+and ``backend_name``, and implements :meth:`PagedStorage.create_transport`. Everything
+else -- hit semantics, alignment checks, key naming, headers, pools, metrics -- lives here.
+
+Behaviour worth knowing:
+
+* Construction follows SGLang's dynamic loader, ``cls(storage_config, kwargs)``. The typed
+  config is built from ``storage_config.extra_config`` overlaid with ``kwargs``; bad
+  settings raise :class:`~hicache_sdk.errors.ConfigError` here. The key scheme is built here
+  too (so ``clear()`` works before registration). The transport must connect lazily: an
+  unreachable service never raises from the constructor.
+* Page operations before ``register_mem_pool_host`` raise
+  :class:`~hicache_sdk.errors.NotRegisteredError`.
+* Argument errors (keys not a list of str, misaligned / out-of-range / wrong-length host
+  indices, wrong flat tensors, unknown pools, BLOCK_GROUPS) raise ``ValueError`` naming the
+  argument before any I/O; the host pool is untouched. I/O failures are misses.
+* Writer role: a rank-replicated pool (MLA KV, ``layout.rank_replicated``) is written only
+  by the storage writer (``storage_config.is_storage_writer``); on other ranks the write
+  methods store nothing and report success (SGLang skips backup there anyway).
+  Rank-sharded pools (MHA KV, Mamba) are written by every rank.
+* v2 transfers whose ``host_indices`` length is not ``len(keys) * page_size`` raise
+  ``ValueError`` (SGLang logs and returns all-False; we are stricter).
+* Duplicate keys in one batch are fine (create-if-absent: the first write wins). Batches
+  of any size are one transport call (no silent 128-page cap).
+* After ``close()`` every page operation is a miss / ``False``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from abc import abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, List, Optional
+
+from ..capabilities import Capabilities
+from ..config import BackendConfig
+from ..errors import ConfigError, NotRegisteredError
+from ..keys.scheme_base import KeyScheme
+from ..resilience import wrap_transport
+from ..resilience.metrics import Metrics
+from ..spec import (
+    HiCacheStorage,
+    HiCacheStorageConfig,
+    HiCacheStorageExtraInfo,
+    PoolName,
+    PoolTransfer,
+    PoolTransferResult,
+    pool_name_str,
+)
+from ..transport import Segment, Transport
+from .header import digest
+from .legacy import LegacyPathMixin, new_flat_page
+from .pages import ObjectEngine, ObjectIO
+from .pools import PoolState, TransferPlan, check_keys, check_policy, host_page_starts, resolve_transfers
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["PagedStorage"]
+
+log = logging.getLogger(__name__)
+
+_KV = PoolName.KV.value
+
+
+class PagedStorage(LegacyPathMixin, HiCacheStorage):
+    """One generic ``HiCacheStorage`` implementation over a :class:`Transport`.
+
+    Thread-safe: SGLang calls it from four controller threads at once; every call uses
+    its own scratch memory.
+    """
+
+    config_cls: ClassVar[type[BackendConfig]] = BackendConfig
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    backend_name: ClassVar[str] = "paged"
+
+    def __init__(self, storage_config: Any = None, kwargs: Optional[Mapping[str, Any]] = None) -> None:
+        self.storage_config: Any = storage_config if storage_config is not None else HiCacheStorageConfig()
+        extra = getattr(self.storage_config, "extra_config", None) or {}
+        if not isinstance(extra, Mapping):
+            raise ConfigError(f"storage_config.extra_config must be a mapping, got {type(extra).__name__}")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise ConfigError(f"kwargs must be a mapping, got {type(kwargs).__name__}")
+        self.config: Any = self.config_cls.from_mapping({**extra, **(kwargs or {})})
+        self.metrics = Metrics()
+        self.scheme: KeyScheme = self.create_key_scheme()
+        self.raw_transport: Transport = self.create_transport(self.config)
+        self.transport: Transport = wrap_transport(self.raw_transport, self.config, self.metrics)
+        self._engine = ObjectEngine(self.transport, self.metrics, checksum=bool(self.config.checksum))
+        self._lock = threading.Lock()
+        self._kv: PoolState | None = None
+        self._pools: dict[str, PoolState] = {}
+        self._closed = False
+
+    # -- hooks for backend authors ----------------------------------------------------
+    @abstractmethod
+    def create_transport(self, config: Any) -> Transport:
+        """Build the transport from the typed config. Must not connect eagerly."""
+
+    def create_key_scheme(self) -> KeyScheme:
+        """Build the key scheme named by ``config.key_scheme`` (override to customise)."""
+        from ..keys.schemes import make_scheme
+
+        return make_scheme(
+            self.config.key_scheme,
+            self.storage_config,
+            model_name=self.config.model_name or getattr(self.storage_config, "model_name", None),
+            namespace=self.config.namespace,
+            namespace_salt=self.config.namespace_salt,
+        )
+
+    # -- identity ---------------------------------------------------------------------
+    @property
+    def is_storage_writer(self) -> bool:
+        """Whether this rank writes rank-replicated pools."""
+        sc = self.storage_config
+        value = getattr(sc, "is_storage_writer", None)
+        if value is None:  # SGLang < 0.5.23: MLA rank 0 writes
+            return not getattr(sc, "is_mla_model", False) or getattr(sc, "tp_rank", 0) == 0
+        return bool(value)
+
+    def _may_write(self, state: PoolState) -> bool:
+        return not state.layout.rank_replicated or self.is_storage_writer
+
+    # -- registration -----------------------------------------------------------------
+    def _describe(self, pool: Any, name: str, rank_replicated: bool | None) -> PoolState:
+        from ..hostpool.describe import describe_pool
+
+        layout = describe_pool(pool, name, rank_replicated=rank_replicated)
+        if rank_replicated is None and layout.kind != "mamba" and name != PoolName.MAMBA.value:
+            # SGLang names every non-Mamba sidecar rank-free exactly when the KV is (MLA).
+            mla = bool(getattr(self.storage_config, "is_mla_model", False))
+            layout = dataclasses.replace(layout, rank_replicated=mla)
+        identity = digest(self.scheme.identity(layout)) if self.scheme.has_header else None
+        return PoolState(name, pool, layout, identity)
+
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        """Register the anchor KV pool (rank-replicated when ``is_mla_model``). Its dtype,
+        layout and geometry come from the pool, never from config."""
+        rep = bool(getattr(self.storage_config, "is_mla_model", False))
+        state = self._describe(mem_pool_host, _KV, rep)
+        with self._lock:
+            self.mem_pool_host = mem_pool_host
+            self._kv = state
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        """Register one pool by name (a PoolName -- ours or SGLang's -- or a str). The
+        ``"kv"`` entry is the anchor: it registers it when none is yet, else it is kept
+        as registered. Mamba is rank-sharded; other sidecars are rank-replicated exactly
+        when the KV is (``is_mla_model``), as SGLang names them."""
+        name = pool_name_str(host_pool_name)
+        with self._lock:
+            if not hasattr(self, "registered_pools"):
+                self.registered_pools = {}
+            self.registered_pools[host_pool_name] = host_pool
+        if name == _KV:
+            if self._kv is None or self._kv.pool is not host_pool:
+                self.register_mem_pool_host(host_pool)
+            return
+        state = self._describe(host_pool, name, None)
+        with self._lock:
+            self._pools[name] = state
+
+    def on_host_pools_registered(self) -> None:
+        """Fails the attach (``NotRegisteredError``) when no KV pool was registered."""
+        self._require_kv("on_host_pools_registered")
+
+    def _require_kv(self, op: str) -> PoolState:
+        kv = self._kv
+        if kv is None:
+            raise NotRegisteredError(
+                f"{type(self).__name__}.{op}() called before register_mem_pool_host(): "
+                "register the host KV pool first"
+            )
+        return kv
+
+    def _require_kv_bytes(self, op: str) -> PoolState:
+        kv = self._require_kv(op)
+        if not kv.layout.has_buffer:
+            raise ValueError(
+                f"{op}: the KV pool is a logical anchor without a KV buffer; it has no KV pages "
+                "to transfer (use batch_exists_v2 / batch_get_v2 for its extra pools)"
+            )
+        return kv
+
+    def _lookup(self, name: str) -> PoolState:
+        if name == _KV:
+            return self._require_kv_bytes(f"transfer {name!r}")
+        state = self._pools.get(name)
+        if state is None:
+            raise ValueError(f"pool {name!r} is not registered (register_mem_host_pool_v2 first)")
+        return state
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _page_objects(
+        self, state: PoolState, keys: Sequence[str], starts: Sequence[int], *, write: bool
+    ) -> tuple[list[ObjectIO], list[int], Callable[[Sequence[bool]], None] | None]:
+        """The objects of pages ``keys`` at slots ``starts`` of ``state``'s pool, their
+        owning key index, and (pools without zero-copy page meta only) a finisher that
+        copies successfully read flat pages into the pool."""
+        from ..hostpool.describe import has_page_segments, page_segments
+
+        finish: Callable[[Sequence[bool]], None] | None = None
+        if has_page_segments(state.pool):
+            segs = page_segments(state.pool, state.layout, list(starts))
+        else:
+            segs, finish = self._copy_pages(state, starts, write)
+        objs: list[ObjectIO] = []
+        owners: list[int] = []
+        for i, key in enumerate(keys):
+            page_objs = state.objects(self.scheme, key, segs[i])
+            objs.extend(page_objs)
+            owners.extend([i] * len(page_objs))
+        return objs, owners, finish
+
+    @staticmethod
+    def _copy_pages(
+        state: PoolState, starts: Sequence[int], write: bool
+    ) -> tuple[list[list[Segment]], Callable[[Sequence[bool]], None] | None]:
+        """Fallback for pools without zero-copy meta: one flat page copy per page
+        (``get_data_page`` / ``set_from_flat_data_page``)."""
+        pool = state.pool
+        if write:
+            flats = [pool.get_data_page(s, flat=True).contiguous() for s in starts]
+        else:
+            flats = [new_flat_page(state) for _ in starts]
+        for f in flats:
+            if f.numel() * f.element_size() != state.layout.page_bytes:
+                raise ValueError(f"pool {state.name!r}: a flat page is not {state.layout.page_bytes} bytes")
+        segs = [state.flat_page_segments(int(f.data_ptr())) for f in flats]
+
+        def finish(results: Sequence[bool]) -> None:
+            for s, f, ok in zip(starts, flats, results):
+                if ok and not write:
+                    pool.set_from_flat_data_page(s, f)
+
+        return segs, finish
+
+    @staticmethod
+    def _fold(n: int, owners: Sequence[int], ok: Sequence[bool]) -> list[bool]:
+        out = [True] * n
+        for owner, good in zip(owners, ok):
+            if not good:
+                out[owner] = False
+        return out
+
+    def _record(self, op: str, state: PoolState, results: Sequence[bool], t0: float) -> None:
+        good = sum(1 for r in results if r)
+        self.metrics.record(
+            op,
+            pages=good,
+            nbytes=good * state.layout.page_bytes,
+            seconds=time.perf_counter() - t0,
+            ok=all(results),
+        )
+
+    def _read(self, objs: Sequence[ObjectIO]) -> list[bool]:
+        return [False] * len(objs) if self._closed else self._engine.read(objs)
+
+    def _write(self, objs: Sequence[ObjectIO]) -> list[bool]:
+        return [False] * len(objs) if self._closed else self._engine.write(objs)
+
+    def _exists(self, objs: Sequence[ObjectIO]) -> list[bool]:
+        return [False] * len(objs) if self._closed else self._engine.exists(objs)
+
+    # -- existence ----------------------------------------------------------------------
+    def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
+        """Consecutive pages from the start whose KV object(s) exist with the expected
+        size (one transport call). A wrong-sized object is missing and gets deleted."""
+        kv = self._require_kv_bytes("batch_exists")
+        keys = check_keys(keys)
+        objs, owners = self._page_objects_nomem(kv, keys)
+        t0 = time.perf_counter()
+        per_key = self._fold(len(keys), owners, self._exists(objs))
+        hits = per_key.index(False) if False in per_key else len(per_key)
+        self.metrics.record("exists", pages=hits, seconds=time.perf_counter() - t0)
+        return hits
+
+    def exists(self, key: str) -> bool:
+        """Whether one page's KV object(s) exist (see :meth:`batch_exists`)."""
+        if not isinstance(key, str):
+            raise ValueError(f"key must be a str, got {type(key).__name__}")
+        return self.batch_exists([key]) == 1
+
+    def _page_objects_nomem(self, state: PoolState, keys: Sequence[str]) -> tuple[list[ObjectIO], list[int]]:
+        objs: list[ObjectIO] = []
+        owners: list[int] = []
+        for i, key in enumerate(keys):
+            page_objs = state.objects(self.scheme, key, ())
+            objs.extend(page_objs)
+            owners.extend([i] * len(page_objs))
+        return objs, owners
+
+    def batch_exists_v2(
+        self,
+        keys: List[str],
+        pool_transfers: Optional[List[PoolTransfer]] = None,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> PoolTransferResult:
+        """Fold KV existence with each extra pool's hit policy (spec 2.1), in one
+        transport call. A TRAILING pool's window is ``max(1, len(transfer.keys))``; its
+        key values are ignored: pool objects are looked up under the KV hashes. With a
+        logical KV anchor the extra pools alone decide."""
+        from .merge import PoolPresence, fold_exists_v2
+
+        kv = self._require_kv("batch_exists_v2")
+        keys = check_keys(keys)
+        transfers = list(pool_transfers or [])
+        specs: list[tuple[str, Any, int, PoolState]] = []
+        for i, t in enumerate(transfers):
+            name = pool_name_str(getattr(t, "name", None))
+            policy = check_policy(getattr(t, "hit_policy", None), f"pool_transfers[{i}] ({name})")
+            tkeys = getattr(t, "keys", None)
+            window = max(1, len(tkeys)) if tkeys is not None else 1
+            state = self._lookup(name) if name != _KV else kv
+            specs.append((name, policy, window, state))
+        logical = not kv.layout.has_buffer
+        groups: list[tuple[list[ObjectIO], list[int]]] = []
+        if not logical:
+            groups.append(self._page_objects_nomem(kv, keys))
+        for _, _, _, state in specs:
+            groups.append(self._page_objects_nomem(state, keys))
+        t0 = time.perf_counter()
+        ok = self._exists([o for objs, _ in groups for o in objs])
+        present: list[list[bool]] = []
+        pos = 0
+        for objs, owners in groups:
+            present.append(self._fold(len(keys), owners, ok[pos : pos + len(objs)]))
+            pos += len(objs)
+        kv_present = [True] * len(keys) if logical else present.pop(0)
+        pools = [
+            PoolPresence(name, policy, window, pres)
+            for (name, policy, window, _), pres in zip(specs, present)
+        ]
+        result = fold_exists_v2(kv_present, pools, logical_kv_anchor=logical)
+        self.metrics.record("exists", pages=result.kv_hit_pages, seconds=time.perf_counter() - t0)
+        return result
+
+    # -- v1 zero-copy ----------------------------------------------------------------------
+    def batch_get_v1(
+        self,
+        keys: List[str],
+        host_indices: torch.Tensor,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> List[bool]:
+        """Read page i into the KV host slots starting at ``host_indices[i * page_size]``.
+        Per-key results; a miss (absent, torn, foreign, corrupt, I/O error) is ``False``
+        and leaves those slots' content unspecified."""
+        kv = self._require_kv_bytes("batch_get_v1")
+        keys = check_keys(keys)
+        starts = host_page_starts(kv, host_indices, len(keys), "host_indices")
+        objs, owners, finish = self._page_objects(kv, keys, starts, write=False)
+        t0 = time.perf_counter()
+        results = self._fold(len(keys), owners, self._read(objs))
+        if finish is not None:
+            finish(results)
+        self._record("get_v1", kv, results, t0)
+        return results
+
+    def batch_set_v1(
+        self,
+        keys: List[str],
+        host_indices: torch.Tensor,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> List[bool]:
+        """Write page i from the KV host slots at ``host_indices[i * page_size]``
+        (create-if-absent: an existing page is success and is not rewritten). On a
+        non-writer rank of a rank-replicated pool nothing is written and all are ``True``."""
+        kv = self._require_kv_bytes("batch_set_v1")
+        keys = check_keys(keys)
+        starts = host_page_starts(kv, host_indices, len(keys), "host_indices")
+        if not self._may_write(kv):
+            return [True] * len(keys)
+        objs, owners, _ = self._page_objects(kv, keys, starts, write=True)
+        t0 = time.perf_counter()
+        results = self._fold(len(keys), owners, self._write(objs))
+        self._record("set_v1", kv, results, t0)
+        return results
+
+    # -- v2 pools --------------------------------------------------------------------------
+    def _v2_run(
+        self, op: str, plans: Sequence[TransferPlan], skip: Sequence[bool], write: bool
+    ) -> dict[str, List[bool]]:
+        empty: tuple[list[ObjectIO], list[int], None] = ([], [], None)
+        groups = [
+            empty if s else self._page_objects(p.state, p.keys, p.starts, write=write)
+            for p, s in zip(plans, skip)
+        ]
+        flat: list[ObjectIO] = [o for objs, _, _ in groups for o in objs]
+        t0 = time.perf_counter()
+        ok = (self._write if write else self._read)(flat) if flat else []
+        out: dict[str, List[bool]] = {}
+        pos = 0
+        good_pages = good_bytes = 0
+        for p, s, (objs, owners, finish) in zip(plans, skip, groups):
+            res = [True] * len(p.keys) if s else self._fold(len(p.keys), owners, ok[pos : pos + len(objs)])
+            pos += len(objs)
+            if finish is not None:
+                finish(res)
+            out[p.name] = res
+            if not s:
+                n = sum(res)
+                good_pages += n
+                good_bytes += n * p.state.layout.page_bytes
+        if flat:
+            self.metrics.record(
+                op,
+                pages=good_pages,
+                nbytes=good_bytes,
+                seconds=time.perf_counter() - t0,
+                ok=all(all(r) for r in out.values()),
+            )
+        return out
+
+    def batch_get_v2(
+        self,
+        transfers: List[PoolTransfer],
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> dict[str, List[bool]]:
+        """Per ``str(transfer.name)``, per-key read results (one transport call for all
+        pools). A transfer named ``"kv"`` goes to the KV pool; see :func:`resolve_transfers`
+        for the argument rules."""
+        self._require_kv("batch_get_v2")
+        plans = resolve_transfers(transfers, self._lookup)
+        return self._v2_run("get_v2", plans, [False] * len(plans), write=False)
+
+    def batch_set_v2(
+        self,
+        transfers: List[PoolTransfer],
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> dict[str, List[bool]]:
+        """Write counterpart of :meth:`batch_get_v2`. Rank-replicated pools are written by
+        the storage writer only (other ranks get all ``True``); rank-sharded pools
+        (Mamba) by every rank."""
+        self._require_kv("batch_set_v2")
+        plans = resolve_transfers(transfers, self._lookup)
+        skip = [not self._may_write(p.state) for p in plans]
+        return self._v2_run("set_v2", plans, skip, write=True)
+
+    # -- admin ----------------------------------------------------------------------------------
+    def clear(self) -> None:
+        """Remove this backend's objects: those under the key scheme's namespace prefix
+        (``""`` for the SGLang-compatible schemes: every object of the transport's own
+        root). Transport errors propagate (it is an admin call, not a batch)."""
+        self.transport.clear(self.scheme.clear_prefix())
+
+    def get_stats(self) -> Any:
+        """SGLang's ``StorageMetrics`` since the previous call."""
+        return self.metrics.drain_storage_metrics()
+
+    def close(self) -> None:
+        """Close the transport. Idempotent; later page operations are misses."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self.transport.close()
+        except Exception as e:  # closing never fails the caller
+            log.debug("transport close failed: %s", type(e).__name__)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(backend={self.backend_name!r}, key_scheme={self.config.key_scheme!r})"

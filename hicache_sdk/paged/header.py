@@ -1,0 +1,137 @@
+"""The SDK page header: the first bytes of every object written by the ``default`` key
+scheme. It lets a reader reject a foreign, stale or corrupt page instead of loading it.
+
+Layout (little-endian, :data:`HEADER_SIZE` = 96 bytes)::
+
+    offset size field
+    0      4    magic          b"HCPG"
+    4      2    version        FORMAT_VERSION (1)
+    6      2    header_len     HEADER_SIZE
+    8      4    flags          bit 0: ``checksum`` holds a zlib.crc32 of the payload
+    12     4    reserved       zero
+    16     8    payload_len    bytes after the header
+    24     32   identity       sha256 of the key scheme's ``identity(pool)`` (model, dtype,
+                               layout, geometry, parallel identity)
+    56     32   page           sha256 of the page hash (its UTF-8 bytes)
+    88     4    checksum       crc32 of the payload, 0 when the flag is clear
+    92     4    reserved       zero
+
+Edge cases: a header with unknown flag bits, non-zero reserved bytes, another version or
+another header length is rejected (a newer writer's page is a miss, never misread). The
+checksum is verified whenever the flag says it is present, whatever the reader's own
+``checksum`` setting; a page written without one is accepted by a checksumming reader.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import struct
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..transport import Segment
+
+__all__ = [
+    "FLAG_CHECKSUM",
+    "FORMAT_VERSION",
+    "HEADER_SIZE",
+    "MAGIC",
+    "HeaderError",
+    "PageHeader",
+    "crc32_segments",
+    "digest",
+]
+
+MAGIC = b"HCPG"
+FORMAT_VERSION = 1
+HEADER_SIZE = 96
+FLAG_CHECKSUM = 0x1
+_KNOWN_FLAGS = FLAG_CHECKSUM
+
+_STRUCT = struct.Struct("<4sHHIIQ32s32sII")
+assert _STRUCT.size == HEADER_SIZE
+
+
+class HeaderError(ValueError):
+    """A stored header failed validation. ``reason`` is a short metrics token
+    (``"magic"``, ``"version"``, ``"identity"``, ``"page"``, ``"length"``, ``"flags"``,
+    ``"checksum"``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"invalid page header ({reason})")
+        self.reason = reason
+
+
+def digest(data: bytes | str) -> bytes:
+    """The 32-byte sha256 digest stored in the header for an identity or page hash."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    return hashlib.sha256(raw).digest()
+
+
+def crc32_segments(segments: Iterable[Segment]) -> int:
+    """zlib.crc32 over the concatenation of ``(address, nbytes)`` segments, without
+    copying them. Empty input gives 0."""
+    crc = 0
+    for address, nbytes in segments:
+        if nbytes:
+            crc = zlib.crc32((ctypes.c_char * nbytes).from_address(address), crc)
+    return crc
+
+
+@dataclass(frozen=True)
+class PageHeader:
+    """One decoded header. ``identity`` and ``page`` are 32-byte digests (see
+    :func:`digest`); ``checksum`` is ``None`` when the page carries none."""
+
+    identity: bytes
+    page: bytes
+    payload_len: int
+    checksum: int | None = None
+
+    def encode(self) -> bytes:
+        """The :data:`HEADER_SIZE` bytes of this header."""
+        if len(self.identity) != 32 or len(self.page) != 32:
+            raise ValueError("identity and page must be 32-byte digests")
+        if self.payload_len < 0:
+            raise ValueError(f"payload_len must be >= 0, got {self.payload_len}")
+        flags = FLAG_CHECKSUM if self.checksum is not None else 0
+        return _STRUCT.pack(
+            MAGIC,
+            FORMAT_VERSION,
+            HEADER_SIZE,
+            flags,
+            0,
+            self.payload_len,
+            self.identity,
+            self.page,
+            (self.checksum or 0) & 0xFFFFFFFF,
+            0,
+        )
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview) -> PageHeader:
+        """Parse and structurally validate a header; raises :class:`HeaderError`."""
+        if len(data) < HEADER_SIZE:
+            raise HeaderError("length")
+        magic, version, header_len, flags, res0, payload_len, ident, page, crc, res1 = _STRUCT.unpack_from(
+            data
+        )
+        if magic != MAGIC:
+            raise HeaderError("magic")
+        if version != FORMAT_VERSION or header_len != HEADER_SIZE:
+            raise HeaderError("version")
+        if flags & ~_KNOWN_FLAGS or res0 or res1:
+            raise HeaderError("flags")
+        return cls(ident, page, payload_len, crc if flags & FLAG_CHECKSUM else None)
+
+    def check(self, *, identity: bytes, page: bytes, payload_len: int) -> None:
+        """Raise :class:`HeaderError` unless this header belongs to the expected page of
+        the expected deployment with the expected payload length."""
+        if self.identity != identity:
+            raise HeaderError("identity")
+        if self.page != page:
+            raise HeaderError("page")
+        if self.payload_len != payload_len:
+            raise HeaderError("length")

@@ -1,0 +1,265 @@
+"""Object-level I/O of the paged adapter: headers, staging, validation and deletion of
+corrupt objects, over one :class:`~hicache_sdk.transport.Transport` call per batch.
+
+An :class:`ObjectIO` describes one physical object of one page: its name, the memory its
+payload lives in (segments, in object byte order) and, for header schemes, the identity
+and page digests its header must carry. :class:`ObjectEngine` turns a list of them into
+one ``read`` / ``write`` / ``exists`` call and returns per-object results.
+
+Rules:
+
+* zero-copy: payload segments go to the transport as given (adjacent ones coalesced);
+  when an object needs more segments than ``transport.max_segments``, it is staged
+  through one SDK-owned contiguous buffer (one copy);
+* header objects are read together with their header into a per-call scratch buffer
+  (never shared between threads); a header that fails validation, or a checksum that
+  does not match, makes that object a miss, and the object is deleted
+  (``integrity_deleted``);
+* a read that fails for an object is followed by one existence check of the failed
+  objects, which deletes any of the wrong size (truncated / torn);
+* a ``TransportError`` or any unexpected exception from the transport makes the whole
+  call a miss (``metrics.error(reason)``); nothing raises out of these methods.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..resilience.metrics import Metrics
+from ..transport import SIZE_UNKNOWN, Segment, Transport, TransportError
+from .header import HEADER_SIZE, HeaderError, PageHeader, crc32_segments
+
+__all__ = ["ObjectEngine", "ObjectIO", "coalesce"]
+
+log = logging.getLogger(__name__)
+
+
+def coalesce(segments: Sequence[Segment]) -> list[Segment]:
+    """Merge adjacent ``(address, nbytes)`` pieces (``a+n == next a``); drop empty ones."""
+    out: list[Segment] = []
+    for address, nbytes in segments:
+        if nbytes <= 0:
+            continue
+        if out and out[-1][0] + out[-1][1] == address:
+            out[-1] = (out[-1][0], out[-1][1] + nbytes)
+        else:
+            out.append((address, nbytes))
+    return out
+
+
+@dataclass(frozen=True)
+class ObjectIO:
+    """One object to move. ``segments``: its payload memory in object byte order.
+    ``identity`` / ``page``: 32-byte digests for the header, or ``None`` for raw schemes."""
+
+    name: str
+    segments: tuple[Segment, ...]
+    payload_len: int
+    identity: bytes | None = None
+    page: bytes | None = None
+
+    @property
+    def has_header(self) -> bool:
+        return self.identity is not None
+
+    @property
+    def object_size(self) -> int:
+        """Stored size: header (if any) plus payload."""
+        return self.payload_len + (HEADER_SIZE if self.has_header else 0)
+
+
+def _addr(buf: np.ndarray) -> int:
+    return int(buf.ctypes.data)
+
+
+class ObjectEngine:
+    """Batched object I/O with headers and integrity checks over one transport."""
+
+    def __init__(self, transport: Transport, metrics: Metrics, *, checksum: bool = False) -> None:
+        self.transport = transport
+        self.metrics = metrics
+        self.checksum = checksum
+
+    # -- failure handling ---------------------------------------------------------
+    def _failed(self, op: str, exc: BaseException) -> None:
+        reason = exc.reason if isinstance(exc, TransportError) else "unexpected"
+        self.metrics.error(reason)
+        log.debug("transport %s failed (%s): %s", op, reason, type(exc).__name__)
+
+    def delete_corrupt(self, names: Sequence[str]) -> None:
+        """Delete objects found corrupt and count them (``integrity_deleted``)."""
+        unique = list(dict.fromkeys(names))
+        if not unique:
+            return
+        self.metrics.count("integrity_deleted", len(unique))
+        try:
+            self.transport.delete(unique)
+        except Exception as e:  # deletion is best effort
+            self._failed("delete", e)
+
+    # -- exists ------------------------------------------------------------------
+    def exists(self, objects: Sequence[ObjectIO]) -> list[bool]:
+        """Per object: present with the expected size (or a size the transport cannot
+        tell cheaply). An object of the wrong size is missing and is deleted."""
+        if not objects:
+            return []
+        names = list(dict.fromkeys(o.name for o in objects))
+        try:
+            sizes = self.transport.exists(names)
+            if len(sizes) != len(names):
+                raise TransportError("exists returned a wrong number of answers", "protocol")
+        except Exception as e:
+            self._failed("exists", e)
+            return [False] * len(objects)
+        by_name = dict(zip(names, sizes))
+        out: list[bool] = []
+        bad: list[str] = []
+        for o in objects:
+            size = by_name[o.name]
+            if size is None:
+                out.append(False)
+            elif size != SIZE_UNKNOWN and size != o.object_size:
+                out.append(False)
+                bad.append(o.name)
+            else:
+                out.append(True)
+        self.delete_corrupt(bad)
+        return out
+
+    # -- read ----------------------------------------------------------------------
+    def read(self, objects: Sequence[ObjectIO]) -> list[bool]:
+        """Read every object into its segments. ``True`` per object only when the bytes
+        arrived whole and (header schemes) the header validated."""
+        n = len(objects)
+        if n == 0:
+            return []
+        limit = max(1, int(getattr(self.transport, "max_segments", 1 << 30)))
+        n_hdr = sum(1 for o in objects if o.has_header)
+        scratch = np.empty(max(1, n_hdr) * HEADER_SIZE, dtype=np.uint8)
+        base = _addr(scratch)
+        buffers: list[list[Segment]] = []
+        hdr_at: list[int] = []  # offset of each object's header in scratch or its stage (-1: none)
+        stages: list[np.ndarray | None] = []
+        slot = 0
+        for o in objects:
+            payload = coalesce(o.segments)
+            extra = 1 if o.has_header else 0
+            if len(payload) + extra > limit:
+                stage = np.empty(o.object_size, dtype=np.uint8)
+                stages.append(stage)
+                buffers.append([(_addr(stage), o.object_size)])
+                hdr_at.append(0 if o.has_header else -1)
+                continue
+            stages.append(None)
+            if o.has_header:
+                off = slot * HEADER_SIZE
+                slot += 1
+                buffers.append([(base + off, HEADER_SIZE), *payload])
+                hdr_at.append(off)
+            else:
+                buffers.append(payload)
+                hdr_at.append(-1)
+        try:
+            ok = list(self.transport.read([o.name for o in objects], buffers))
+            if len(ok) != n:
+                raise TransportError("read returned a wrong number of answers", "protocol")
+        except Exception as e:
+            self._failed("read", e)
+            return [False] * n
+        bad: list[str] = []
+        for i, o in enumerate(objects):
+            if not ok[i]:
+                continue
+            staged = stages[i]
+            if o.has_header:
+                assert o.identity is not None and o.page is not None
+                raw = (
+                    staged[:HEADER_SIZE]
+                    if staged is not None
+                    else scratch[hdr_at[i] : hdr_at[i] + HEADER_SIZE]
+                )
+                try:
+                    header = PageHeader.decode(raw.tobytes())
+                    header.check(identity=o.identity, page=o.page, payload_len=o.payload_len)
+                    if header.checksum is not None:
+                        payload_segs = (
+                            [(_addr(staged) + HEADER_SIZE, o.payload_len)]
+                            if staged is not None
+                            else o.segments
+                        )
+                        if crc32_segments(payload_segs) != header.checksum:
+                            raise HeaderError("checksum")
+                except HeaderError as e:
+                    ok[i] = False
+                    bad.append(o.name)
+                    self.metrics.error(f"header_{e.reason}")
+                    continue
+            if staged is not None:
+                self._scatter(staged, HEADER_SIZE if o.has_header else 0, o.segments)
+        self.delete_corrupt(bad)
+        failed = [o for o, good in zip(objects, ok) if not good and o.name not in bad]
+        if failed:
+            # A failed read may be a torn / wrong-sized object: the existence check
+            # deletes those (the transport's read cannot tell us why it failed).
+            self.exists(failed)
+        return [bool(x) for x in ok]
+
+    @staticmethod
+    def _scatter(stage: np.ndarray, offset: int, segments: Sequence[Segment]) -> None:
+        src = _addr(stage) + offset
+        for address, nbytes in segments:
+            ctypes.memmove(address, src, nbytes)
+            src += nbytes
+
+    # -- write -----------------------------------------------------------------------
+    def write(self, objects: Sequence[ObjectIO]) -> list[bool]:
+        """Create every object (create-if-absent). ``True`` per object when it now exists."""
+        n = len(objects)
+        if n == 0:
+            return []
+        limit = max(1, int(getattr(self.transport, "max_segments", 1 << 30)))
+        headers: list[bytes] = []
+        keep: list[object] = []  # memory that must outlive the transport call
+        buffers: list[list[Segment]] = []
+        for o in objects:
+            payload = coalesce(o.segments)
+            hdr: bytes | None = None
+            if o.has_header:
+                assert o.identity is not None and o.page is not None
+                crc = crc32_segments(payload) if self.checksum else None
+                hdr = PageHeader(o.identity, o.page, o.payload_len, crc).encode()
+                headers.append(hdr)
+            extra = 1 if hdr is not None else 0
+            if len(payload) + extra > limit:
+                stage = np.empty(o.object_size, dtype=np.uint8)
+                off = 0
+                if hdr is not None:
+                    stage[:HEADER_SIZE] = np.frombuffer(hdr, dtype=np.uint8)
+                    off = HEADER_SIZE
+                dst = _addr(stage) + off
+                for address, nbytes in payload:
+                    ctypes.memmove(dst, address, nbytes)
+                    dst += nbytes
+                keep.append(stage)
+                buffers.append([(_addr(stage), o.object_size)])
+            elif hdr is not None:
+                hbuf = np.frombuffer(hdr, dtype=np.uint8)
+                keep.append(hbuf)
+                buffers.append([(_addr(hbuf), HEADER_SIZE), *payload])
+            else:
+                buffers.append(payload)
+        try:
+            ok = list(self.transport.write([o.name for o in objects], buffers))
+            if len(ok) != n:
+                raise TransportError("write returned a wrong number of answers", "protocol")
+        except Exception as e:
+            self._failed("write", e)
+            return [False] * n
+        finally:
+            del keep
+        return [bool(x) for x in ok]
