@@ -147,8 +147,8 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
                 value = [v for v in value.split(",") if v]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{name}: expected a list, got {value!r}")
-        args = get_args(tp)
-        inner = args[0] if args else Any
+        item_types = get_args(tp)
+        inner = item_types[0] if item_types else Any
         return tuple(_coerce(name, inner, v) for v in value)
     if origin is dict or tp is dict:
         if isinstance(value, str):

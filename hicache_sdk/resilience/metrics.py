@@ -19,7 +19,22 @@ __all__ = ["Metrics", "LATENCY_BUCKETS_S"]
 
 #: Upper bounds (seconds) of the latency histogram buckets; the last bucket is +inf.
 LATENCY_BUCKETS_S: tuple[float, ...] = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 
 _READ_OPS = frozenset({"get", "get_v1", "get_v2"})
@@ -115,7 +130,7 @@ class Metrics:
                     "pages": st.pages,
                     "bytes": st.bytes,
                     "seconds": st.seconds,
-                    "latency_buckets_s": list(LATENCY_BUCKETS_S) + [float("inf")],
+                    "latency_buckets_s": [*LATENCY_BUCKETS_S, float("inf")],
                     "latency_counts": list(st.hist),
                 }
                 for name, st in self._ops.items()
