@@ -443,6 +443,18 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         return self._v2_run("set_v2", plans, skip, write=True)
 
     # -- admin ----------------------------------------------------------------------------------
+    def batch_delete(self, keys: List[str]) -> None:
+        """Remove the KV objects of these pages (an SDK extension, not in SGLang's ABC;
+        ``hicache ping`` uses it to clean up). Missing pages are ignored; I/O errors are
+        swallowed and counted."""
+        kv = self._require_kv("batch_delete")
+        keys = check_keys(keys)
+        objs, _ = self._page_objects_nomem(kv, keys)
+        try:
+            self.transport.delete(list(dict.fromkeys(o.name for o in objs)))
+        except Exception as e:
+            self.metrics.error(getattr(e, "reason", type(e).__name__))
+
     def clear(self) -> None:
         """Remove this backend's objects: those under the key scheme's namespace prefix
         (``""`` for the SGLang-compatible schemes: every object of the transport's own
