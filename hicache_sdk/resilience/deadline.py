@@ -1,0 +1,195 @@
+"""Run a blocking call under a deadline on a bounded set of daemon worker threads.
+
+Python threads cannot be cancelled, so a call that outlives its deadline is *abandoned*:
+the caller gets control back, the worker keeps running it to the end, and the call's
+``on_late`` hook runs in the worker once it ends (that is where memory the abandoned I/O
+could still touch -- staging buffers, quarantined slots -- is finally released).
+
+Edge cases:
+
+* a call abandoned before a worker picked it up is skipped (never started); ``on_late``
+  still runs, with ``started=False``;
+* a call that completes in the instant between "wait timed out" and "mark abandoned" is
+  treated as completed in time (the decision is taken under the call's lock, so exactly one
+  of "caller uses the result" and "``on_late`` runs" happens, never both, never neither);
+* workers are daemon threads: a hung transport call never blocks interpreter exit;
+* exceptions raised by the function are captured and returned to the waiter
+  (:attr:`Call.error`); an exception in a late call is dropped (the waiter is gone).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+__all__ = ["Call", "DeadlineRunner"]
+
+T = TypeVar("T")
+
+
+class Call(Generic[T]):
+    """One submitted function call and its outcome."""
+
+    __slots__ = ("_done", "_fn", "_lock", "abandoned", "error", "finished", "on_late", "result", "started")
+
+    def __init__(self, fn: Callable[[], T], on_late: Callable[[Call[T]], None] | None) -> None:
+        self._fn = fn
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self.on_late = on_late
+        self.result: T | None = None
+        self.error: BaseException | None = None
+        self.started = False
+        self.finished = False
+        self.abandoned = False
+
+    def wait_done(self, timeout: float | None = None) -> bool:
+        """Wait for the call to end (regardless of abandonment); True when it has."""
+        return self._done.wait(timeout)
+
+
+class DeadlineRunner:
+    """A bounded pool of daemon threads running :class:`Call` objects.
+
+    ``max_workers`` bounds the threads (they start lazily). ``on_abandon_change(n)`` is
+    called (outside any lock) whenever the number of abandoned, still-running calls changes.
+    """
+
+    def __init__(
+        self,
+        max_workers: int,
+        *,
+        name: str = "hicache-io",
+        on_abandon_change: Callable[[int], None] | None = None,
+    ) -> None:
+        if max_workers < 1:
+            raise ValueError(f"max_workers must be >= 1, got {max_workers!r}")
+        self._max = max_workers
+        self._name = name
+        self._q: queue.SimpleQueue[Call[object] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # workers waiting on the queue with no call promised to them
+        self._backlog = 0  # queued calls no worker is promised to yet
+        self._pending = 0  # submitted and not yet finished (abandoned or not)
+        self._abandoned = 0
+        self._all_done = threading.Condition(self._lock)
+        self._on_abandon_change = on_abandon_change
+        self._shutdown = False
+
+    @property
+    def abandoned(self) -> int:
+        """Abandoned calls that have not ended yet."""
+        with self._lock:
+            return self._abandoned
+
+    @property
+    def pending(self) -> int:
+        """Submitted calls that have not ended yet (abandoned or not)."""
+        with self._lock:
+            return self._pending
+
+    def submit(self, fn: Callable[[], T], on_late: Callable[[Call[T]], None] | None = None) -> Call[T]:
+        """Queue ``fn``; raises ``RuntimeError`` after :meth:`shutdown`."""
+        call: Call[T] = Call(fn, on_late)
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError("runner is shut down")
+            self._pending += 1
+            spawn = self._idle == 0 and len(self._threads) < self._max
+            if spawn:
+                t = threading.Thread(
+                    target=self._worker, name=f"{self._name}-{len(self._threads)}", daemon=True
+                )
+                self._threads.append(t)
+            elif self._idle > 0:
+                self._idle -= 1
+            else:
+                self._backlog += 1
+        if spawn:
+            t.start()
+        self._q.put(call)  # type: ignore[arg-type]
+        return call
+
+    def wait(self, call: Call[T], timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds. True: the call ended in time and its
+        ``result``/``error`` are the caller's. False: the call is now abandoned and its
+        ``on_late`` hook will run when it ends."""
+        if call._done.wait(max(timeout, 0.0)):
+            return True
+        with call._lock:
+            if call.finished:
+                return True
+            call.abandoned = True
+        with self._lock:
+            self._abandoned += 1
+            n = self._abandoned
+        if self._on_abandon_change is not None:
+            self._on_abandon_change(n)
+        return False
+
+    def _worker(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            self._run(item)
+            with self._lock:
+                if self._backlog > 0:
+                    self._backlog -= 1
+                else:
+                    self._idle += 1
+
+    def _run(self, call: Call[object]) -> None:
+        with call._lock:
+            skip = call.abandoned
+            call.started = not skip
+        if not skip:
+            try:
+                call.result = call._fn()
+            except BaseException as e:  # captured for the waiter; never kills the worker
+                call.error = e
+        with call._lock:
+            call.finished = True
+            late = call.abandoned
+        call._done.set()
+        n = -1
+        if late:
+            try:
+                if call.on_late is not None:
+                    call.on_late(call)
+            finally:
+                with self._lock:
+                    self._abandoned -= 1
+                    n = self._abandoned
+        with self._lock:
+            self._pending -= 1
+            self._all_done.notify_all()
+        if late and self._on_abandon_change is not None:
+            self._on_abandon_change(n)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every submitted call to end; True if they did."""
+        import time
+
+        end = time.monotonic() + max(timeout, 0.0)
+        with self._lock:
+            while self._pending > 0:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._all_done.wait(left)
+            return True
+
+    def shutdown(self) -> None:
+        """Refuse new calls and let idle workers exit. Busy workers finish their call first
+        (they are daemon threads; nobody joins them). Idempotent."""
+        with self._lock:
+            if self._shutdown:
+                return
+            self._shutdown = True
+            n = len(self._threads)
+        for _ in range(n):
+            self._q.put(None)

@@ -1,0 +1,490 @@
+"""ResilientTransport against a transport that misbehaves on purpose."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from resilience_fakes import Buf, Cfg, FakeClock, FakeQuarantine, HealthTransport, MisbehavingTransport
+
+from hicache_sdk.config import BackendConfig
+from hicache_sdk.resilience import FailureInjector, Metrics, ResilientTransport, wrap_transport
+from hicache_sdk.transport import TransportError
+
+SLACK = 0.6  # generous: this machine is small and noisy
+
+
+def make(t: MisbehavingTransport, cfg: Cfg | None = None, **kw: object) -> tuple[ResilientTransport, Metrics]:
+    m = Metrics()
+    kw.setdefault("injector", FailureInjector())  # never pick up injection from the environment
+    w = wrap_transport(t, cfg or Cfg(), m, **kw)  # type: ignore[arg-type]
+    return w, m
+
+
+def wait_for(pred, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.005)
+    return pred()
+
+
+# -- basic behaviour --------------------------------------------------------------------
+
+
+def test_roundtrip_with_deadline_goes_through_staging() -> None:
+    t = MisbehavingTransport()
+    w, m = make(t)
+    src = [Buf(1000, fill=i + 1) for i in range(3)]
+    assert w.write(["a", "b", "c"], [b.segs(3) for b in src]) == [True, True, True]
+    assert t.store["b"] == bytes([2]) * 1000
+    assert w.exists(["a", "zz", "c"]) == [1000, None, 1000]
+    dst = [Buf(1000) for _ in range(3)]
+    assert w.read(["a", "missing", "c"], [d.segs(2) for d in dst]) == [True, False, True]
+    assert dst[0].bytes() == bytes([1]) * 1000 and dst[2].bytes() == bytes([3]) * 1000
+    assert dst[1].bytes() == bytes(1000)  # a miss copies nothing
+    # the transport only ever saw SDK-owned staging, never the caller's buffers
+    caller = {d.addr for d in dst} | {s.addr for s in src}
+    for call in t.seen_buffers:
+        for segs in call:
+            assert len(segs) == 1 and segs[0][0] not in caller
+    assert m.counter("staging_copies_out") == 3
+    assert m.counter("staging_copies_in") == 2
+    snap = m.snapshot()
+    assert snap["ops"]["t_read"]["pages"] == 2 and snap["ops"]["t_read"]["bytes"] == 2000
+    assert snap["ops"]["t_write"]["pages"] == 3
+    assert snap["ops"]["t_exists"]["calls"] == 1
+    assert w.staging.in_use == 0
+    w.close()
+
+
+def test_zero_deadline_runs_inline_zero_copy() -> None:
+    t = MisbehavingTransport()
+    w, m = make(t, Cfg(exists_timeout_s=0, transfer_timeout_s=0))
+    src = Buf(64, fill=7)
+    assert w.write(["k"], [src.segs(2)]) == [True]
+    dst = Buf(64)
+    assert w.read(["k"], [dst.segs()]) == [True]
+    assert dst.bytes() == bytes([7]) * 64
+    assert t.seen_buffers[0] == [src.segs(2)] and t.seen_buffers[1] == [dst.segs()]
+    assert set(t.threads) == {threading.current_thread().name}
+    assert m.counter("staging_copies_in") == 0 and w.staging.reserved == 0
+    w.close()
+
+
+def test_empty_batches() -> None:
+    t = MisbehavingTransport()
+    w, _ = make(t)
+    assert w.exists([]) == [] and w.read([], []) == [] and w.write([], []) == []
+    assert t.calls == {}
+    w.close()
+
+
+def test_value_errors_propagate() -> None:
+    t = MisbehavingTransport()
+    w, _ = make(t)
+    with pytest.raises(ValueError, match="buffers"):
+        w.read(["a", "b"], [Buf(8).segs()])
+    with pytest.raises(ValueError, match="buffers"):
+        w.write(["a"], [[(Buf(8).addr, -1)]])
+    t.raise_["read"] = ValueError("bad spans")
+    with pytest.raises(ValueError, match="bad spans"):
+        w.read(["a"], [Buf(8).segs()])
+    assert w.staging.in_use == 0
+    w.close()
+    t2 = MisbehavingTransport()
+    t2.raise_["exists"] = ValueError("bad keys")
+    w2, _ = make(t2, Cfg(exists_timeout_s=0))
+    with pytest.raises(ValueError, match="bad keys"):
+        w2.exists(["a"])
+    w2.close()
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_errors_become_misses_with_reasons(inline: bool) -> None:
+    t = MisbehavingTransport()
+    cfg = (
+        Cfg(exists_timeout_s=0, transfer_timeout_s=0, breaker_failures=10)
+        if inline
+        else Cfg(breaker_failures=10)
+    )
+    w, m = make(t, cfg)
+    t.raise_["exists"] = TransportError("refused", reason="connection")
+    t.raise_["read"] = RuntimeError("boom")
+    t.raise_["write"] = OSError("disk")
+    t.raise_["delete"] = TransportError("x", reason="timeout")
+    assert w.exists(["a", "b"]) == [None, None]
+    assert w.read(["a"], [Buf(8).segs()]) == [False]
+    assert w.write(["a"], [Buf(8).segs()]) == [False]
+    w.delete(["a"])  # swallowed
+    assert m.errors() == {"connection": 1, "RuntimeError": 1, "OSError": 1, "timeout": 1}
+    assert m.snapshot()["ops"]["t_read"]["failures"] == 1
+    assert w.staging.in_use == 0
+    w.close()
+
+
+def test_transport_contract_violation_is_a_miss() -> None:
+    t = MisbehavingTransport()
+    t.read = lambda keys, buffers: [True]  # type: ignore[method-assign]
+    w, m = make(t)
+    assert w.read(["a", "b"], [Buf(8).segs(), Buf(8).segs()]) == [False, False]
+    assert m.errors() == {"transport_contract": 1}
+    w.close()
+
+
+def test_clear_and_delete_forward() -> None:
+    t = MisbehavingTransport()
+    w, _ = make(t)
+    t.store.update({"p/1": b"x", "p/2": b"y", "q/1": b"z"})
+    w.delete(["p/1", "nope"])
+    w.clear("q/")
+    assert t.store == {"p/2": b"y"} and t.cleared == ["q/"]
+    w.close()
+    assert t.closed
+
+
+# -- deadlines --------------------------------------------------------------------------
+
+
+def test_exists_deadline_returns_misses_in_time() -> None:
+    t = MisbehavingTransport()
+    t.store["a"] = b"1"
+    t.delay["exists"] = 0.6
+    w, m = make(t, Cfg(exists_timeout_s=0.05))
+    t0 = time.monotonic()
+    assert w.exists(["a", "b"]) == [None, None]
+    assert time.monotonic() - t0 < 0.05 + SLACK
+    assert m.counter("deadline_exists") == 1 and m.counter("abandoned_exists") == 1
+    assert m.errors()["deadline"] == 1
+    assert wait_for(lambda: m.counter("late_completions") == 1)
+    assert w.abandoned == 0
+    w.close()
+
+
+def test_late_read_never_touches_caller_buffer() -> None:
+    t = MisbehavingTransport()
+    t.store["k"] = b"\xaa" * 4096
+    t.delay["read"] = 0.3
+    w, m = make(t, Cfg(transfer_timeout_s=0.05))
+    dst = Buf(4096, fill=0x5C)
+    t0 = time.monotonic()
+    assert w.read(["k"], [dst.segs(4)]) == [False]
+    assert time.monotonic() - t0 < 0.05 + SLACK
+    assert m.counter("deadline_read") == 1 and m.counter("abandoned_reads") == 1
+    assert w.staging.in_use > 0  # the abandoned read still owns its staging
+    assert t.finished["read"].wait(5)  # the slow transport has now written... into staging
+    assert wait_for(lambda: m.counter("late_completions") == 1)
+    assert dst.bytes() == b"\x5c" * 4096  # sentinel intact
+    assert m.counter("staging_copies_in") == 0
+    assert wait_for(lambda: w.staging.in_use == 0)
+    assert m.snapshot()["gauges"]["staging_bytes_in_use"] == 0
+    w.close()
+
+
+def test_timed_out_write_publishes_snapshot_or_nothing() -> None:
+    t = MisbehavingTransport()
+    t.delay["write"] = 0.3
+    w, m = make(t, Cfg(transfer_timeout_s=0.05))
+    src = Buf(8192, fill=0x11)
+    assert w.write(["k"], [src.segs(2)]) == [False]
+    src.fill(0x99)  # the caller reuses its slot right away
+    assert t.finished["write"].wait(5)
+    assert wait_for(lambda: m.counter("late_completions") == 1)
+    assert t.store.get("k", b"\x11" * 8192) == b"\x11" * 8192
+    assert "k" in t.store  # here the late write did publish: the snapshot
+    assert m.counter("deadline_write") == 1 and m.counter("abandoned_writes") == 1
+    assert m.counter("staging_copies_out") == 1
+    w.close()
+
+
+def test_queued_call_abandoned_before_start_is_skipped() -> None:
+    t = MisbehavingTransport()
+    gate = threading.Event()
+    t.gate["write"] = gate
+    # one caller thread, no abandoned budget beyond the cap -> 1 + 2 + 1 workers
+    w, m = make(t, Cfg(transfer_timeout_s=0.05, max_abandoned=100))
+    bufs = [Buf(16, fill=1) for _ in range(3)]
+    ths = [threading.Thread(target=w.write, args=([f"k{i}"], [bufs[i].segs()])) for i in range(3)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join(5)
+    gate.set()
+    assert wait_for(lambda: w.abandoned == 0)
+    assert m.counter("abandoned_writes") == 3
+    assert m.counter("late_completions") + m.counter("abandoned_skipped") == 3
+    w.close()
+
+
+# -- abandoned budget and breaker ---------------------------------------------------------
+
+
+def test_abandoned_budget_opens_breaker_until_drained() -> None:
+    t = MisbehavingTransport()
+    gate = threading.Event()
+    t.gate["exists"] = gate
+    w, m = make(t, Cfg(exists_timeout_s=0.05, max_abandoned=2, breaker_failures=100))
+    assert w.exists(["a"]) == [None]
+    assert w.breaker.state == "closed"
+    assert w.exists(["a"]) == [None]
+    assert w.abandoned == 2
+    assert w.breaker.state == "open" and m.snapshot()["gauges"]["breaker_state"] == "open"
+    assert m.counter("abandoned_budget_exhausted") == 1
+    t0 = time.monotonic()
+    assert w.exists(["a"]) == [None]  # fails fast, never reaches the transport
+    assert time.monotonic() - t0 < 0.05 + SLACK / 2
+    assert t.n("exists") == 2 and m.counter("breaker_rejected") == 1
+    assert m.errors()["breaker_open"] == 1
+    gate.set()
+    assert wait_for(lambda: w.abandoned == 0)
+    assert w.breaker.state == "closed" and m.snapshot()["gauges"]["abandoned_calls"] == 0
+    t.store["a"] = b"xy"
+    assert w.exists(["a"]) == [2]
+    w.close()
+
+
+def test_breaker_open_half_open_close_with_injected_clock() -> None:
+    t = MisbehavingTransport()
+    clock = FakeClock()
+    w, m = make(t, Cfg(breaker_failures=3, breaker_reset_s=1.0), clock=clock)
+    t.raise_["exists"] = TransportError("down", reason="connection")
+    for _ in range(3):
+        assert w.exists(["a"]) == [None]
+    assert w.breaker.state == "open" and t.n("exists") == 3
+    assert w.exists(["a"]) == [None]
+    assert t.n("exists") == 3  # fail fast
+    clock.advance(0.5)
+    assert w.exists(["a"]) == [None] and t.n("exists") == 3
+    clock.advance(0.6)  # back-off elapsed: the next call is the probe; it fails
+    assert w.exists(["a"]) == [None] and t.n("exists") == 4
+    assert w.breaker.state == "open"
+    assert w.exists(["a"]) == [None] and t.n("exists") == 4
+    clock.advance(1.0)
+    del t.raise_["exists"]
+    t.store["a"] = b"abc"
+    assert w.exists(["a"]) == [3]  # the probe succeeds and closes the breaker
+    assert w.breaker.state == "closed" and m.snapshot()["gauges"]["breaker_state"] == "closed"
+    assert w.exists(["a"]) == [3]
+    w.close()
+
+
+def test_half_open_uses_health_probe_when_declared() -> None:
+    t = HealthTransport()
+    clock = FakeClock()
+    w, _ = make(t, Cfg(breaker_failures=1, breaker_reset_s=1.0), clock=clock, probe_at_start=False)
+    t.raise_["exists"] = TransportError("down", reason="connection")
+    assert w.exists(["a"]) == [None]
+    assert w.breaker.state == "open"
+    clock.advance(1.5)
+    t.health_ok = False
+    assert w.exists(["a"]) == [None]
+    assert t.n("health") == 1 and t.n("exists") == 1  # the probe was health(), and it failed
+    assert w.breaker.state == "open"
+    clock.advance(1.5)
+    t.health_ok = True
+    del t.raise_["exists"]
+    assert w.exists(["a"]) == [None]  # health ok -> closed -> the real call runs (a miss)
+    assert t.n("health") == 2 and t.n("exists") == 2 and w.breaker.state == "closed"
+    w.close()
+
+
+def test_deadlines_count_as_breaker_failures() -> None:
+    t = MisbehavingTransport()
+    t.delay["read"] = 0.2
+    w, _ = make(t, Cfg(transfer_timeout_s=0.03, breaker_failures=2))
+    assert w.read(["a"], [Buf(8).segs()]) == [False]
+    assert w.read(["a"], [Buf(8).segs()]) == [False]
+    assert w.breaker.state == "open"
+    w.close()
+
+
+def test_start_open_and_probe_at_start() -> None:
+    t = MisbehavingTransport()
+    w, _ = make(t, start_open=True, clock=FakeClock())
+    assert w.breaker.state == "open" and w.exists(["a"]) == [None] and t.n("exists") == 0
+    w.close()
+
+    t2 = HealthTransport()
+    t2.health_ok = False
+    w2, m2 = make(t2)  # health capability -> probed at start
+    assert w2.breaker.state == "open" and m2.counter("breaker_start_open") == 1
+    w2.close()
+
+    t3 = HealthTransport()
+    t3.gate["health"] = threading.Event()  # a service that hangs
+    t0 = time.monotonic()
+    w3, _ = make(t3, Cfg(exists_timeout_s=0.05))
+    assert time.monotonic() - t0 < 0.05 + SLACK
+    assert w3.breaker.state == "open"
+    t3.gate["health"].set()
+    w3.close()
+
+    t4 = HealthTransport()
+    w4, _ = make(t4)
+    assert w4.breaker.state == "closed" and t4.n("health") == 1
+    w4.close()
+
+
+def test_recovers_when_service_appears() -> None:
+    t = HealthTransport()
+    t.health_ok = False
+    clock = FakeClock()
+    w, _ = make(t, Cfg(breaker_reset_s=1.0), clock=clock)
+    assert w.breaker.state == "open"
+    t.health_ok = True
+    t.store["a"] = b"1"
+    assert w.exists(["a"]) == [None]  # still backing off
+    clock.advance(1.0)
+    assert w.exists(["a"]) == [1]
+    assert w.breaker.state == "closed"
+    w.close()
+
+
+# -- staging limits and close ---------------------------------------------------------------
+
+
+def test_large_batch_is_chunked_through_bounded_staging() -> None:
+    t = MisbehavingTransport()
+    w, _ = make(t, Cfg(staging_bytes=1 << 20))  # chunks of 256 KiB
+    page = 64 << 10
+    src = [Buf(page, fill=i + 1) for i in range(10)]
+    keys = [f"k{i}" for i in range(10)]
+    assert w.write(keys, [s.segs(2) for s in src]) == [True] * 10
+    assert t.n("write") == 3
+    dst = [Buf(page) for _ in range(10)]
+    assert w.read(keys, [d.segs() for d in dst]) == [True] * 10
+    assert all(d.bytes() == bytes([i + 1]) * page for i, d in enumerate(dst))
+    assert w.staging.reserved <= 1 << 20 and w.staging.in_use == 0
+    w.close()
+
+
+def test_staging_exhausted_fails_fast() -> None:
+    t = MisbehavingTransport()
+    w, m = make(t, Cfg(staging_bytes=64 << 10))
+    assert w.read(["k"], [Buf(128 << 10).segs()]) == [False]
+    assert w.write(["k"], [Buf(128 << 10).segs()]) == [False]
+    assert t.n("read") == 0 and t.n("write") == 0
+    assert m.errors()["staging_exhausted"] == 2 and m.counter("staging_exhausted") == 2
+    w.close()
+
+
+def test_register_memory_hook_called_for_staging() -> None:
+    t = MisbehavingTransport()
+    regs: list[tuple[int, int]] = []
+    t.register_memory = lambda a, n: regs.append((a, n))  # type: ignore[attr-defined]
+    w, _ = make(t)
+    t.store["k"] = b"z" * 100
+    d1, d2 = Buf(100), Buf(100)
+    assert w.read(["k"], [d1.segs()]) == [True]
+    assert w.read(["k"], [d2.segs()]) == [True]  # reuses the cached, registered buffer
+    assert d1.bytes() == d2.bytes() == b"z" * 100
+    assert len(regs) == 1 and regs[0][1] >= 100 and regs[0][0] % 4096 == 0
+    w.close()
+
+
+def test_close_waits_bounded_then_leaks_busy_staging() -> None:
+    t = MisbehavingTransport()
+    gate = threading.Event()
+    t.gate["read"] = gate
+    w, m = make(t, Cfg(transfer_timeout_s=0.05), close_timeout_s=0.1)
+    t.store["k"] = b"q" * 1000
+    dst = Buf(1000, fill=1)
+    assert w.read(["k"], [dst.segs()]) == [False]
+    t0 = time.monotonic()
+    w.close()
+    assert time.monotonic() - t0 < 0.1 + SLACK
+    leaked = m.counter("staging_leaked_bytes")
+    assert leaked >= 1000
+    assert w.read(["k"], [dst.segs()]) == [False] and m.errors()["closed"] == 1
+    assert w.exists(["k"]) == [None] and not w.health()
+    gate.set()  # the abandoned read ends, writing into the (still mapped) leaked buffer
+    assert t.finished["read"].wait(5)
+    assert wait_for(lambda: m.counter("late_completions") == 1)
+    assert dst.bytes() == b"\x01" * 1000
+    w.close()  # idempotent
+    assert m.counter("staging_leaked_bytes") == leaked
+
+
+def test_caller_does_not_own_memory_uses_quarantine() -> None:
+    t = MisbehavingTransport()
+    t.store["k"] = b"r" * 64
+    q = FakeQuarantine()
+    w, m = make(t, Cfg(transfer_timeout_s=0.05), caller_owns_memory=False, quarantine=q)
+    dst = Buf(64)
+    assert w.read(["k"], [dst.segs()]) == [True]
+    assert dst.bytes() == b"r" * 64 and t.seen_buffers[0] == [dst.segs()]  # zero-copy
+    assert q.events == [("hold", 1), ("release", 1)]
+    t.delay["read"] = 0.3
+    assert w.read(["k"], [dst.segs()]) == [False]
+    assert q.events[-1] == ("hold", 1)  # still held: the abandoned read may write there
+    assert wait_for(lambda: q.events[-1] == ("release", 1))
+    assert m.counter("staging_copies_in") == 0 and w.staging.reserved == 0
+    w.close()
+    with pytest.raises(ValueError, match="quarantine"):
+        make(MisbehavingTransport(), caller_owns_memory=False)
+
+
+def test_wrap_is_idempotent_and_accepts_backend_config() -> None:
+    t = MisbehavingTransport()
+    m = Metrics()
+    w = wrap_transport(t, BackendConfig(), m, injector=FailureInjector())
+    assert isinstance(w, ResilientTransport) and wrap_transport(w, BackendConfig(), m) is w
+    assert w.inner is t and w.capabilities == t.capabilities and w.max_segments == t.max_segments
+    w.close()
+
+
+# -- races around the deadline --------------------------------------------------------------
+
+
+def test_reads_racing_the_deadline_are_all_or_nothing() -> None:
+    """Delays straddle the deadline: each result is either True with the right bytes, or
+    False with the sentinel intact, even after every late read has ended."""
+    import random
+
+    t = MisbehavingTransport()
+    t.store.update({f"k{i}": bytes([i + 1]) * 2048 for i in range(4)})
+    w, m = make(t, Cfg(transfer_timeout_s=0.02, breaker_failures=10_000, max_abandoned=1000))
+    rng = random.Random(5)
+    outcomes: list[tuple[list[bool], list[Buf]]] = []
+    for _ in range(25):
+        t.delay["read"] = rng.uniform(0.0, 0.04)
+        dst = [Buf(2048, fill=0xEE) for _ in range(4)]
+        outcomes.append((w.read([f"k{i}" for i in range(4)], [d.segs(3) for d in dst]), dst))
+    assert wait_for(lambda: w.abandoned == 0)
+    for res, dst in outcomes:
+        assert len(set(res)) == 1  # one transport call per batch here
+        for i, (ok, d) in enumerate(zip(res, dst)):
+            assert d.bytes() == (bytes([i + 1]) * 2048 if ok else b"\xee" * 2048)
+    assert m.counter("abandoned_reads") == m.counter("late_completions") + m.counter("abandoned_skipped")
+    assert wait_for(lambda: w.staging.in_use == 0)
+    w.close()
+
+
+def test_concurrent_callers_share_bounded_staging() -> None:
+    t = MisbehavingTransport()
+    w, m = make(t, Cfg(transfer_timeout_s=2.0, staging_bytes=1 << 20))
+    errors: list[BaseException] = []
+
+    def worker(tid: int) -> None:
+        try:
+            for r in range(10):
+                keys = [f"t{tid}-{r}-{j}" for j in range(4)]
+                src = [Buf(32 << 10, fill=(tid * 16 + r + j) % 256) for j in range(4)]
+                assert w.write(keys, [s.segs(2) for s in src]) == [True] * 4
+                dst = [Buf(32 << 10) for _ in range(4)]
+                assert w.read(keys, [d.segs(2) for d in dst]) == [True] * 4
+                assert [d.bytes() for d in dst] == [s.bytes() for s in src]
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ths = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join(30)
+    assert errors == []
+    assert w.staging.reserved <= 1 << 20 and w.staging.in_use == 0
+    assert m.snapshot()["ops"]["t_read"]["pages"] == 160
+    w.close()
