@@ -97,12 +97,12 @@ SGLANG_0_5_23 = ContractProfile(
         "deepseek_v4_c128", "deepseek_v4_c4_rope", "deepseek_v4_c128_rope",
         "deepseek_v4_c4_state", "deepseek_v4_c4_indexer_state", "deepseek_v4_c128_state",
         "draft", "draft_indexer", "draft_swa",
-    ),  # fmt: skip
+    ),
     hit_policies=("all_pages", "trailing_pages", "block_groups"),
     pool_transfer_fields=(
         "name", "host_indices", "device_indices", "keys", "hit_policy",
         "nodes_to_load", "indices_from_pool", "block_pages", "group_pages",
-    ),  # fmt: skip
+    ),
     pool_transfer_result_fields=("kv_hit_pages", "extra_pool_hit_pages", "restorable_prefix_pages"),
     extra_info_fields=("prefix_keys", "extra_info"),
     storage_metrics_fields=("prefetch_pgs", "backup_pgs", "prefetch_bandwidth", "backup_bandwidth"),
@@ -117,7 +117,7 @@ SGLANG_0_5_23 = ContractProfile(
     dynamic_loader_keys=("backend_name", "module_path", "class_name", "interface_v1"),
     zero_copy_backends=(
         "hf3fs", "mooncake", "npu_memcache", "eic", "nixl", "simm", "mori", "tensorcast", "seaweedfs",
-    ),  # fmt: skip
+    ),
     injector_env=(
         "SGLANG_TEST_HICACHE_BACKEND_RANDOM_DELAY",
         "SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE",

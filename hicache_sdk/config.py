@@ -89,9 +89,9 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            if type(None) in get_args(tp):
-                return None
+        is_null = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
+        if is_null and type(None) in get_args(tp):
+            return None
         last: Exception | None = None
         for a in args:
             try:

@@ -241,8 +241,8 @@ class PoolTransfer:
     """
 
     name: PoolName
-    host_indices: Optional["torch.Tensor"] = None
-    device_indices: Optional["torch.Tensor"] = None
+    host_indices: Optional[torch.Tensor] = None
+    device_indices: Optional[torch.Tensor] = None
     keys: Optional[List[str]] = None
     hit_policy: PoolHitPolicy = PoolHitPolicy.ALL_PAGES
     nodes_to_load: Optional[List[Any]] = None
@@ -276,7 +276,7 @@ class PoolTransferResult:
     restorable_prefix_pages: Optional[List[int]] = None
 
     @classmethod
-    def empty(cls) -> "PoolTransferResult":
+    def empty(cls) -> PoolTransferResult:
         return cls(0, {})
 
     def update_kv_hit_pages(self, kv_hit_pages: int) -> None:
@@ -359,7 +359,7 @@ class HiCacheStorage(ABC):
     def batch_get_v1(
         self,
         keys: List[str],
-        host_indices: "torch.Tensor",
+        host_indices: torch.Tensor,
         extra_info: Optional[HiCacheStorageExtraInfo] = None,
     ) -> List[bool]:
         """Read page i into host slots starting at ``host_indices[i * page_size]``.
@@ -372,7 +372,7 @@ class HiCacheStorage(ABC):
     def batch_set_v1(
         self,
         keys: List[str],
-        host_indices: "torch.Tensor",
+        host_indices: torch.Tensor,
         extra_info: Optional[HiCacheStorageExtraInfo] = None,
     ) -> List[bool]:
         """Write counterpart of :meth:`batch_get_v1`; an existing page counts as success
@@ -386,7 +386,7 @@ class HiCacheStorage(ABC):
         key: str,
         target_location: Optional[Any] = None,
         target_sizes: Optional[Any] = None,
-    ) -> "torch.Tensor | None":
+    ) -> torch.Tensor | None:
         """Return the filled tensor, or ``None`` when the key is missing."""
 
     @abstractmethod
@@ -395,7 +395,7 @@ class HiCacheStorage(ABC):
         keys: List[str],
         target_locations: Optional[Any] = None,
         target_sizes: Optional[Any] = None,
-    ) -> "List[torch.Tensor | None] | int":
+    ) -> List[torch.Tensor | None] | int:
         """A list aligned with ``keys``: the filled tensor or ``None`` per key."""
 
     @abstractmethod

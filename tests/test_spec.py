@@ -131,7 +131,7 @@ def test_dataclass_fields_match_profile() -> None:
     assert names(spec.StorageMetrics) == CURRENT.storage_metrics_fields
     assert tuple(p.value for p in spec.PoolName) == CURRENT.pool_names
     assert tuple(p.value for p in spec.PoolHitPolicy) == CURRENT.hit_policies
-    assert spec.STORAGE_BATCH_SIZE == CURRENT.storage_batch_size
+    assert CURRENT.storage_batch_size == spec.STORAGE_BATCH_SIZE
     assert spec.HiCacheStorageExtraInfo().prefix_keys is None  # the 0.5.5-0.5.10 (None,) bug is not ours
     t = spec.PoolTransfer(name=spec.PoolName.KV)
     assert (t.hit_policy, t.block_pages, t.group_pages) == (spec.PoolHitPolicy.ALL_PAGES, 0, 0)
