@@ -1,0 +1,164 @@
+"""A byte limit on all pages under a root, shared by every process using the directory.
+
+State lives in the root itself: a hidden ledger file ``.hicache-capacity`` holds the
+bytes in use (8 bytes, little-endian) and is the ``flock`` that serializes reservations
+and evictions across processes (a ``threading.Lock`` does so within one).
+
+* A writer reserves a batch's bytes *before* writing it. When the reservation would
+  exceed the limit, the ledger holder walks the root, recomputes the true usage (drift
+  from crashes or deletions is corrected here), and removes the least recently used pages
+  (oldest mtime; reads refresh it) until usage plus the batch is at most
+  ``limit * eviction_ratio``. The rescan cannot see batches other processes reserved but
+  have not yet published (they are temporary files), so usage can exceed the limit by
+  the in-flight batch of each *other* writer (with two processes: at most one batch).
+* Pages being written are temporary files, invisible to the walk, so an in-flight write
+  is never evicted. A page evicted while another process reads it stays readable
+  through the open descriptor (POSIX unlink semantics).
+* A reservation of a page that turned out to exist already, or failed, is released.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import threading
+from collections.abc import Callable
+
+from .fsops import walk_pages
+
+__all__ = ["LEDGER_NAME", "CapacityLedger"]
+
+LEDGER_NAME = ".hicache-capacity"
+_FMT = struct.Struct("<q")
+
+
+class CapacityLedger:
+    """Reservations against ``limit`` bytes of pages under ``root``.
+
+    ``on_evict(name)`` is called for every page removed (the metadata cache drops it).
+    Construction walks the root once to seed the ledger with the true usage.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        limit: int,
+        eviction_ratio: float = 0.9,
+        file_mode: int = 0o600,
+        on_evict: Callable[[str], None] | None = None,
+    ) -> None:
+        if limit <= 0:
+            raise ValueError(f"limit must be > 0, got {limit!r}")
+        self.root = root
+        self.limit = limit
+        self.ratio = eviction_ratio
+        self.on_evict = on_evict
+        self.evicted = 0
+        self._lock = threading.Lock()
+        path = os.path.join(root, LEDGER_NAME)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode)
+        with self._locked():
+            self._write(self._scan_total())
+
+    def _locked(self) -> _Held:
+        return _Held(self)
+
+    def _read(self) -> int:
+        raw = os.pread(self._fd, _FMT.size, 0)
+        return _FMT.unpack(raw)[0] if len(raw) == _FMT.size else 0
+
+    def _write(self, used: int) -> None:
+        os.pwrite(self._fd, _FMT.pack(max(0, used)), 0)
+
+    def _scan_total(self) -> int:
+        return sum(e.size for e in walk_pages(self.root))
+
+    def used(self) -> int:
+        """Bytes in use according to the ledger."""
+        with self._locked():
+            return self._read()
+
+    def reserve(self, nbytes: int) -> bool:
+        """Reserve ``nbytes`` for pages about to be written, evicting LRU pages if needed.
+        ``False`` when it cannot fit (larger than the limit, or eviction freed too little).
+        ``OSError`` on ledger I/O failure."""
+        if nbytes <= 0:
+            return True
+        if nbytes > self.limit:
+            return False
+        with self._locked():
+            used = self._read()
+            if used + nbytes > self.limit:
+                used = self._evict(int(self.limit * self.ratio) - nbytes)
+                if used + nbytes > self.limit:
+                    self._write(used)
+                    return False
+            self._write(used + nbytes)
+            return True
+
+    def release(self, nbytes: int) -> None:
+        """Give back reserved bytes that were not written, or bytes of deleted pages."""
+        if nbytes <= 0:
+            return
+        with self._locked():
+            self._write(self._read() - nbytes)
+
+    def resync(self) -> int:
+        """Recompute usage from the directory (after ``clear``); returns it."""
+        with self._locked():
+            total = self._scan_total()
+            self._write(total)
+            return total
+
+    def _evict(self, target: int) -> int:
+        """Remove oldest pages until usage <= ``target``; return the new usage."""
+        entries = list(walk_pages(self.root))
+        used = sum(e.size for e in entries)
+        if used <= target:
+            return used
+        entries.sort(key=lambda e: e.mtime_ns)
+        for e in entries:
+            if used <= target:
+                break
+            try:
+                os.unlink(os.path.join(self.root, e.name))
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue
+            used -= e.size
+            self.evicted += 1
+            if self.on_evict is not None:
+                self.on_evict(e.name)
+        return used
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+class _Held:
+    """Context manager: the thread lock, then the cross-process ``flock``."""
+
+    def __init__(self, ledger: CapacityLedger) -> None:
+        self.ledger = ledger
+
+    def __enter__(self) -> None:
+        self.ledger._lock.acquire()
+        try:
+            if self.ledger._fd < 0:
+                raise OSError("capacity ledger is closed")
+            fcntl.flock(self.ledger._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self.ledger._lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.ledger._fd >= 0:
+                fcntl.flock(self.ledger._fd, fcntl.LOCK_UN)
+        finally:
+            self.ledger._lock.release()

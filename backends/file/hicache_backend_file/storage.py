@@ -1,0 +1,40 @@
+"""``FileStorage``: the ``file`` backend, the paged adapter over :class:`FileTransport`.
+
+Construction follows SGLang's dynamic loader: ``FileStorage(storage_config, kwargs)``
+with the settings (:class:`FileConfig`) in ``storage_config.extra_config``. The root
+directory is created (and checked) at construction: an unsafe root fails loudly there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from hicache_sdk.capabilities import Capabilities
+from hicache_sdk.config import BackendConfig
+from hicache_sdk.paged.adapter import PagedStorage
+from hicache_sdk.transport import Transport
+
+from .config import FileConfig
+from .transport import FileTransport
+
+__all__ = ["FileStorage"]
+
+
+class FileStorage(PagedStorage):
+    """Pages as files under a local directory (SGLang HiCacheFile compatible with
+    ``key_scheme="sglang-file"``). ``capacity_bound``/``eviction`` are declared off
+    because they hold only when a byte limit is configured."""
+
+    config_cls: ClassVar[type[BackendConfig]] = FileConfig
+    capabilities: ClassVar[Capabilities] = FileTransport.capabilities
+    backend_name: ClassVar[str] = "file"
+
+    def create_transport(self, config: Any) -> Transport:
+        return FileTransport(config)
+
+    @property
+    def root(self) -> str:
+        """The cache directory in use."""
+        t = self.raw_transport
+        assert isinstance(t, FileTransport)
+        return t.root

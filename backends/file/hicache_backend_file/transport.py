@@ -1,0 +1,443 @@
+"""The file transport: one file per object under a root directory.
+
+Names with ``/`` fan out into subdirectories (created on demand, mode ``dir_mode``);
+SGLang's flat names stay in the root. Every path is resolved relative to an open
+descriptor of the root, and final components are opened with ``O_NOFOLLOW``; names are
+validated (:mod:`.names`) before any I/O, so nothing escapes the root.
+
+* ``exists``: ``stat`` without following symlinks; the real size of a regular file, else
+  ``None`` (a truncated page is reported with its true size, so the adapter rejects it).
+* ``read``: ``open``/``fstat``/``preadv`` straight into the caller's segments; the file's
+  size must equal the segments' total, else a miss.
+* ``write``: present pages are left alone (``True``); others go to a temporary file in
+  their directory and are published without replacement (:func:`.fsops.publish_noreplace`).
+* A batch's files are spread over ``io_threads`` workers (the calling thread takes a share).
+
+I/O failures never raise: they give ``None`` / ``False`` and count a reason in
+:meth:`FileTransport.errors` (``not_found``, ``size_mismatch``, ``disk_full``,
+``read_only``, ``permission``, ``capacity``, ``not_regular``, ``io``; a wrong-size file
+found by ``read`` is removed and counted as ``removed_wrong_size``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import ClassVar, TypeVar
+
+from hicache_sdk.capabilities import Capabilities
+from hicache_sdk.transport import Segments, Transport
+
+from .capacity import CapacityLedger
+from .config import FileConfig, resolve_root
+from .fsops import prepare_root, process_umask, publish_noreplace, remove_stale_temps, temp_name, walk_pages
+from .metacache import MetadataCache
+from .names import check_names, check_prefix
+from .vio import check_segments, preadv_exact, pwritev_all, segment_views, total_bytes
+
+__all__ = ["FileTransport"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_REASONS = {
+    errno.ENOENT: "not_found",
+    errno.ENOTDIR: "not_found",
+    errno.ENOSPC: "disk_full",
+    errno.EDQUOT: "disk_full",
+    errno.EROFS: "read_only",
+    errno.EACCES: "permission",
+    errno.EPERM: "permission",
+    errno.ELOOP: "not_regular",
+}
+
+
+def _reason(e: OSError) -> str:
+    return _REASONS.get(e.errno or 0, "io")
+
+
+class FileTransport(Transport):
+    """Pages as files under ``root`` (see the module docs). Thread-safe.
+
+    ``config`` is a :class:`FileConfig`; ``environ`` (default ``os.environ``) is consulted
+    for SGLang's directory variable. Raises :class:`~.fsops.RootError` (a ``ValueError``)
+    for an unsafe or unusable root.
+    """
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=True, shared_across_processes=True, delete=True, health=True, scatter_gather=True
+    )
+
+    def __init__(self, config: FileConfig | None = None, *, environ: Mapping[str, str] | None = None) -> None:
+        self.config = config = config if config is not None else FileConfig()
+        self.root = resolve_root(config, environ)
+        prepare_root(self.root, config.dir_mode, config.strict_root)
+        self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._closed = False
+        self._lock = threading.Lock()
+        self._errors: dict[str, int] = {}
+        umask = process_umask()
+        self._chmod_files = umask is None or bool(config.file_mode & umask)
+        self._chmod_dirs = umask is None or bool(config.dir_mode & umask)
+        self.metadata_cache = MetadataCache(config.metadata_ttl) if config.enable_metadata_cache else None
+        limit = config.byte_limit
+        self.ledger: CapacityLedger | None = None
+        if limit > 0:
+            self.ledger = CapacityLedger(
+                self.root,
+                limit,
+                config.eviction_ratio,
+                config.file_mode,
+                on_evict=self.metadata_cache.remove if self.metadata_cache is not None else None,
+            )
+        self._pool = (
+            ThreadPoolExecutor(config.io_threads - 1, thread_name_prefix="hicache-file")
+            if config.io_threads > 1
+            else None
+        )
+        self._cleanup: Future[int] | None = None
+        if self._pool is not None:
+            self._cleanup = self._pool.submit(remove_stale_temps, self.root, config.stale_temp_s)
+        else:
+            remove_stale_temps(self.root, config.stale_temp_s)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _count(self, reason: str, n: int = 1) -> None:
+        with self._lock:
+            self._errors[reason] = self._errors.get(reason, 0) + n
+
+    def errors(self) -> dict[str, int]:
+        """Failures so far by reason (a copy)."""
+        with self._lock:
+            return dict(self._errors)
+
+    def path_of(self, name: str) -> str:
+        """The absolute path of object ``name`` (validated)."""
+        check_names([name], "name")
+        return os.path.join(self.root, name)
+
+    def _parallel(self, n: int, fn: Callable[[int], T]) -> list[T]:
+        """``[fn(i) for i in range(n)]`` spread over the workers and the calling thread."""
+        if self._pool is None or n < 2:
+            return [fn(i) for i in range(n)]
+        parts = min(self.config.io_threads, n)
+        bounds = [(n * p // parts, n * (p + 1) // parts) for p in range(parts)]
+
+        def run(lo_hi: tuple[int, int]) -> list[T]:
+            return [fn(i) for i in range(*lo_hi)]
+
+        futures = [self._pool.submit(run, b) for b in bounds[1:]]
+        out = run(bounds[0])
+        for f in futures:
+            out.extend(f.result())
+        return out
+
+    # ------------------------------------------------------------------ exists
+
+    def _stat_size(self, name: str) -> int | None:
+        try:
+            st = os.stat(name, dir_fd=self._root_fd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            self._count(_reason(e))
+            return None
+        return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+    def exists(self, keys: Sequence[str]) -> list[int | None]:
+        """Sizes of present regular files, ``None`` otherwise (symlinks are not pages).
+        With the metadata cache, a cached hit skips the ``stat``."""
+        check_names(keys)
+        if self._closed:
+            return [None] * len(keys)
+        mc = self.metadata_cache
+        if mc is None:
+            return [self._stat_size(k) for k in keys]
+        out: list[int | None] = []
+        for k in keys:
+            size = mc.get(k)
+            if size is None:
+                size = self._stat_size(k)
+                if size is not None:
+                    mc.put(k, size)
+            out.append(size)
+        return out
+
+    # ------------------------------------------------------------------ read
+
+    def _read_one(self, name: str, segs: Segments) -> bool:
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=self._root_fd)
+        except OSError as e:
+            self._count(_reason(e))
+            if self.metadata_cache is not None:
+                self.metadata_cache.remove(name)
+            return False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self._count("not_regular")
+                return False
+            if st.st_size != total_bytes(segs):
+                self._count("size_mismatch")
+                self._remove_if_same(name, st)
+                return False
+            if not preadv_exact(fd, segment_views(segs)):
+                self._count("size_mismatch")
+                return False
+            if self.ledger is not None:
+                os.utime(fd)  # LRU: a read makes the page recent
+            return True
+        except OSError as e:
+            self._count(_reason(e))
+            return False
+        finally:
+            os.close(fd)
+
+    def _remove_if_same(self, name: str, st: os.stat_result) -> None:
+        """Delete a page of the wrong size (truncated, torn or foreign), unless the name
+        now holds another file (a concurrent rewrite)."""
+        try:
+            now = os.stat(name, dir_fd=self._root_fd, follow_symlinks=False)
+            if (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev):
+                os.unlink(name, dir_fd=self._root_fd)
+                self._count("removed_wrong_size")
+                if self.ledger is not None:
+                    self.ledger.release(st.st_size)
+        except OSError:
+            pass
+        if self.metadata_cache is not None:
+            self.metadata_cache.remove(name)
+
+    def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        """Read each object into its segments; ``False`` for a missing object, a size that
+        differs from the segments' total, a non-regular file or an I/O error.
+
+        Every page of a name has one size (the key scheme encodes the geometry), so a file
+        of another size is truncated, torn or foreign: it is removed (as the adapter's
+        ``exists`` does), unless a concurrent writer replaced it meanwhile."""
+        if len(keys) != len(buffers):
+            raise ValueError(f"buffers: expected {len(keys)} entries, got {len(buffers)}")
+        check_names(keys)
+        check_segments(buffers)
+        if self._closed:
+            return [False] * len(keys)
+        return self._parallel(len(keys), lambda i: self._read_one(keys[i], buffers[i]))
+
+    # ------------------------------------------------------------------ write
+
+    def _make_dirs(self, rel_dir: str) -> None:
+        path = ""
+        for comp in rel_dir.split("/"):
+            path = f"{path}/{comp}" if path else comp
+            try:
+                os.mkdir(path, self.config.dir_mode, dir_fd=self._root_fd)
+            except FileExistsError:
+                continue
+            if self._chmod_dirs:
+                os.chmod(path, self.config.dir_mode, dir_fd=self._root_fd)
+
+    def _open_temp(self, rel_dir: str) -> tuple[int, str]:
+        tmp = f"{rel_dir}/{temp_name()}" if rel_dir else temp_name()
+        try:
+            fd = os.open(tmp, _TMP_FLAGS, self.config.file_mode, dir_fd=self._root_fd)
+        except FileNotFoundError:
+            if not rel_dir:
+                raise
+            self._make_dirs(rel_dir)
+            fd = os.open(tmp, _TMP_FLAGS, self.config.file_mode, dir_fd=self._root_fd)
+        return fd, tmp
+
+    def _fsync_dir(self, rel_dir: str) -> None:
+        fd = os.open(rel_dir or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._root_fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _write_one(self, name: str, segs: Segments) -> tuple[bool, bool]:
+        """``(ok, published)``: ``published`` is False when the page already existed."""
+        rel_dir = name.rpartition("/")[0]
+        tmp: str | None = None
+        try:
+            fd, tmp = self._open_temp(rel_dir)
+            try:
+                if self._chmod_files:
+                    os.fchmod(fd, self.config.file_mode)
+                pwritev_all(fd, segment_views(segs))
+                if self.config.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            published = publish_noreplace(tmp, name, self._root_fd)
+            if published:
+                tmp = None
+                if self.config.fsync:
+                    self._fsync_dir(rel_dir)
+                return True, True
+            if self._stat_size(name) is None:  # something that is not a page holds the name
+                self._count("not_regular")
+                return False, False
+            return True, False
+        except OSError as e:
+            self._count(_reason(e))
+            return False, False
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp, dir_fd=self._root_fd)
+                except OSError:
+                    pass
+
+    def _touch(self, name: str) -> None:
+        try:
+            os.utime(name, dir_fd=self._root_fd, follow_symlinks=False)
+        except OSError:
+            pass
+
+    def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        """Create each object unless present (present: ``True``, untouched; with a byte
+        limit, its recency is refreshed). ``False`` on I/O failure or when the byte limit
+        cannot make room; no partial or temporary file is left behind."""
+        if len(keys) != len(buffers):
+            raise ValueError(f"buffers: expected {len(keys)} entries, got {len(buffers)}")
+        check_names(keys)
+        check_segments(buffers)
+        n = len(keys)
+        if self._closed:
+            return [False] * n
+        out = [False] * n
+        todo: list[int] = []
+        for i, k in enumerate(keys):
+            if self._stat_size(k) is not None:
+                out[i] = True
+                if self.ledger is not None:
+                    self._touch(k)
+            else:
+                todo.append(i)
+        if not todo:
+            return out
+        sizes = [total_bytes(buffers[i]) for i in todo]
+        reserved = self._reserve_all(sizes)
+        if reserved is None:  # per page, as far as room can be made
+            reserved = [self._reserve(s) for s in sizes]
+
+        def one(j: int) -> tuple[bool, bool]:
+            if not reserved[j]:
+                return False, False
+            return self._write_one(keys[todo[j]], buffers[todo[j]])
+
+        results = self._parallel(len(todo), one)
+        unused = 0
+        for j, (ok, published) in enumerate(results):
+            i = todo[j]
+            out[i] = ok
+            if reserved[j] and not published:
+                unused += sizes[j]
+            if published and self.metadata_cache is not None:
+                self.metadata_cache.put(keys[i], sizes[j])
+        if unused and self.ledger is not None:
+            try:
+                self.ledger.release(unused)
+            except OSError as e:
+                self._count(_reason(e))
+        return out
+
+    def _reserve(self, nbytes: int) -> bool:
+        if self.ledger is None:
+            return True
+        try:
+            ok = self.ledger.reserve(nbytes)
+        except OSError as e:
+            self._count(_reason(e))
+            return False
+        if not ok:
+            self._count("capacity")
+        return ok
+
+    def _reserve_all(self, sizes: list[int]) -> list[bool] | None:
+        if self.ledger is None:
+            return [True] * len(sizes)
+        try:
+            if self.ledger.reserve(sum(sizes)):
+                return [True] * len(sizes)
+        except OSError:
+            pass
+        return None
+
+    # ------------------------------------------------------------------ delete / clear
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Remove the objects if present; missing keys and errors are ignored."""
+        check_names(keys)
+        if self._closed:
+            return
+        freed = 0
+        for k in keys:
+            if self.metadata_cache is not None:
+                self.metadata_cache.remove(k)
+            size = self._stat_size(k) if self.ledger is not None else None
+            try:
+                os.unlink(k, dir_fd=self._root_fd)
+            except OSError:
+                continue
+            freed += size or 0
+        if freed and self.ledger is not None:
+            try:
+                self.ledger.release(freed)
+            except OSError:
+                pass
+
+    def clear(self, prefix: str = "") -> None:
+        """Remove every page file whose name starts with ``prefix`` (``""``: every page
+        under the root). Temporary files, the ledger, symlinks and anything outside the
+        root are never touched. Errors are swallowed."""
+        check_prefix(prefix)
+        if self._closed:
+            return
+        start = prefix.rpartition("/")[0]
+        for e in list(walk_pages(self.root, start, with_stat=False)):
+            if e.name.startswith(prefix):
+                try:
+                    os.unlink(e.name, dir_fd=self._root_fd)
+                except OSError:
+                    pass
+        if self.metadata_cache is not None:
+            self.metadata_cache.clear(prefix)
+        if self.ledger is not None:
+            try:
+                self.ledger.resync()
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def health(self) -> bool:
+        """The root is still a directory we can write to."""
+        if self._closed:
+            return False
+        try:
+            st = os.fstat(self._root_fd)
+        except OSError:
+            return False
+        return stat.S_ISDIR(st.st_mode) and os.access(self.root, os.W_OK)
+
+    def close(self) -> None:
+        """Stop the workers and release the root descriptor. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        if self.ledger is not None:
+            self.ledger.close()
+        os.close(self._root_fd)

@@ -1,0 +1,76 @@
+"""Vectored file I/O straight into / out of caller memory given as ``(address, nbytes)``.
+
+No intermediate bytes object is made: each segment becomes a ``memoryview`` over the
+caller's memory (a ctypes array at that address) and ``os.preadv``/``os.pwritev`` move
+the bytes. Short transfers (signals, the 2 GiB per-call kernel cap, more than
+``IOV_MAX`` segments) are resumed until complete.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+
+from hicache_sdk.transport import Segments
+
+__all__ = ["IOV_MAX", "check_segments", "segment_views", "preadv_exact", "pwritev_all", "total_bytes"]
+
+IOV_MAX: int = max(16, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024)
+
+
+def check_segments(buffers: Sequence[Segments], arg: str = "buffers") -> None:
+    """Raise ``ValueError`` naming ``arg[i]`` for a segment that is not ``(address > 0,
+    nbytes >= 0)`` of ints. Called before any I/O."""
+    for i, segs in enumerate(buffers):
+        for addr, n in segs:
+            if type(addr) is not int or type(n) is not int or addr <= 0 or n < 0:
+                raise ValueError(f"{arg}[{i}]: invalid segment ({addr!r}, {n!r})")
+
+
+def total_bytes(segments: Segments) -> int:
+    return sum(n for _, n in segments)
+
+
+def segment_views(segments: Segments) -> list[memoryview]:
+    """Byte memoryviews over the segments (empty segments are skipped). The views alias
+    the caller's memory: they must not outlive the call."""
+    out: list[memoryview] = []
+    for addr, n in segments:
+        if n:
+            out.append(memoryview((ctypes.c_char * n).from_address(addr)).cast("B"))
+    return out
+
+
+def _advance(views: list[memoryview], done: int) -> list[memoryview]:
+    """Drop the first ``done`` bytes from the view list."""
+    i = 0
+    while i < len(views) and done >= views[i].nbytes:
+        done -= views[i].nbytes
+        i += 1
+    rest = views[i:]
+    if rest and done:
+        rest[0] = rest[0][done:]
+    return rest
+
+
+def preadv_exact(fd: int, views: list[memoryview], offset: int = 0) -> bool:
+    """Fill every view from ``fd`` at ``offset``. ``False`` on a short file (EOF before the
+    views are full). ``OSError`` propagates."""
+    while views:
+        n = os.preadv(fd, views[:IOV_MAX], offset)
+        if n <= 0:
+            return False
+        offset += n
+        views = _advance(views, n)
+    return True
+
+
+def pwritev_all(fd: int, views: list[memoryview], offset: int = 0) -> None:
+    """Write every view to ``fd`` at ``offset``; ``OSError`` (ENOSPC, EIO...) propagates."""
+    while views:
+        n = os.pwritev(fd, views[:IOV_MAX], offset)
+        if n <= 0:  # pragma: no cover - a regular file never accepts 0 bytes without error
+            raise OSError(0, "pwritev wrote nothing")
+        offset += n
+        views = _advance(views, n)

@@ -1,0 +1,280 @@
+"""The base every suite mixin builds on: backend construction in an isolated test
+namespace, the capability gate, the watchdog, and page I/O helpers.
+
+A backend's own tests subclass :class:`hicache_conformance.BackendSuite` and set
+``backend`` (a class, ``"module:Class"`` or an entry-point name) and ``config`` (its
+``extra_config`` settings). They may override:
+
+* the ``backend_factory`` fixture (build backends some other way; each call must return
+  a backend bound to the namespace it is given);
+* the ``fault_hooks`` fixture (L4): an object with ``stop()``, ``start()`` and optionally
+  ``add_delay(seconds)`` / ``clear_delay()``;
+* the ``raw_pages`` fixture: an out-of-band oracle with ``put(backend, key, data)`` and
+  ``get(backend, key) -> bytes | None`` for KV pages, bypassing the backend's own I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pytest
+
+from hicache_sdk.capabilities import Capabilities
+from hicache_sdk.spec import HiCacheStorage, HiCacheStorageConfig, PoolName
+
+from . import pools as P
+from .capabilities import missing_capabilities, test_level, test_requires, validate_waivers
+from .matrix import PoolCase, pool_cases
+from .watchdog import Watchdog
+
+__all__ = ["SuiteBase", "BackendFactory", "Attached", "NAMESPACE_PREFIX", "resolve_backend_class"]
+
+#: Every namespace the suite writes into starts with this.
+NAMESPACE_PREFIX = "hicache-conformance-"
+
+
+def resolve_backend_class(backend: Any) -> type[Any]:
+    """A class as is; ``"module:Class"`` or an entry-point name through the registry."""
+    if isinstance(backend, type):
+        return backend
+    if not isinstance(backend, str) or not backend:
+        raise ValueError(f"backend must be a class, 'module:Class' or a backend name, got {backend!r}")
+    from hicache_sdk.registry import resolve_backend
+
+    return resolve_backend(backend)
+
+
+class BackendFactory:
+    """Builds backends for one test; every backend lives in a conformance namespace.
+
+    ``factory()`` builds one in the test's own namespace; ``factory(namespace=ns)`` in
+    another (from :meth:`new_namespace`); ``storage_config=`` sets the parallel identity;
+    keyword ``overrides`` are merged into ``extra_config``. At teardown every backend is
+    closed and every namespace used is cleared (when the backend declares ``delete``).
+    """
+
+    def __init__(
+        self,
+        build: Callable[[HiCacheStorageConfig], HiCacheStorage],
+        config: Mapping[str, Any],
+        namespace: str,
+    ) -> None:
+        self._build = build
+        self._config = dict(config)
+        self.namespace = namespace
+        self.created: list[HiCacheStorage] = []
+        self.namespaces: set[str] = {namespace}
+
+    def new_namespace(self) -> str:
+        ns = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:12]}"
+        self.namespaces.add(ns)
+        return ns
+
+    def extra_config(self, namespace: str | None = None, **overrides: Any) -> dict[str, Any]:
+        ns = namespace or self.namespace
+        if not ns.startswith(NAMESPACE_PREFIX):
+            raise pytest.UsageError(
+                f"the conformance suite writes and clears data and runs only in a namespace of its own "
+                f"(starting with {NAMESPACE_PREFIX!r}); refusing namespace {ns!r}"
+            )
+        self.namespaces.add(ns)
+        return {**self._config, **overrides, "namespace": ns}
+
+    def __call__(
+        self,
+        *,
+        namespace: str | None = None,
+        storage_config: HiCacheStorageConfig | None = None,
+        **overrides: Any,
+    ) -> HiCacheStorage:
+        sc = (
+            copy.copy(storage_config)
+            if storage_config is not None
+            else HiCacheStorageConfig(model_name="conformance/model")
+        )
+        sc.extra_config = self.extra_config(namespace, **overrides)
+        backend = self._build(sc)
+        self.created.append(backend)
+        return backend
+
+    def teardown(self, clear: bool) -> None:
+        for b in self.created:
+            try:
+                b.close()
+            except Exception:
+                pass
+        if clear:
+            for ns in sorted(self.namespaces):
+                try:
+                    b = self._build(
+                        HiCacheStorageConfig(
+                            model_name="conformance/model", extra_config=self.extra_config(ns)
+                        )
+                    )
+                    b.clear()
+                    b.close()
+                except Exception:
+                    pass
+
+
+@dataclass
+class Attached:
+    """A backend with its host pools registered: ``kv`` and sidecars by name."""
+
+    backend: HiCacheStorage
+    kv: Any
+    case: PoolCase
+    pools: dict[str, Any] = field(default_factory=dict)
+
+
+class SuiteBase:
+    """Fixtures, gate and helpers shared by every suite mixin (see the module docs)."""
+
+    backend: ClassVar[Any] = None
+    config: ClassVar[Mapping[str, Any]] = {}
+    #: Override the backend class's declared capabilities (``None``: use the class's).
+    declared_capabilities: ClassVar[Capabilities | None] = None
+    #: test name -> reason; the test becomes a strict xfail.
+    waivers: ClassVar[Mapping[str, str]] = {}
+    #: ``"full"``, ``"pairwise"`` or ``"minimal"`` (see :mod:`hicache_conformance.matrix`).
+    matrix: ClassVar[str] = "pairwise"
+    #: Watchdog per test (seconds).
+    test_timeout_s: ClassVar[float] = 120.0
+    #: L4: the most one call may take while the service is down or slow (generous).
+    call_deadline_s: ClassVar[float] = 10.0
+    #: L4: how long the same backend object gets to recover after a restart.
+    recovery_s: ClassVar[float] = 20.0
+    #: Hypothesis examples of the stateful test.
+    stateful_examples: ClassVar[int] = 8
+
+    # -- collection-time parametrisation ---------------------------------------------
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        if "pool_case" in metafunc.fixturenames:
+            cases = pool_cases(self.matrix)
+            if not self.capabilities_of().mla:
+                cases = [c for c in cases if c.kind != "mla"] or cases
+            metafunc.parametrize("pool_case", cases, ids=[c.id for c in cases])
+
+    # -- backend description -----------------------------------------------------------
+    @classmethod
+    def backend_class(cls) -> type[Any]:
+        if cls.backend is None:
+            raise pytest.UsageError(f"{cls.__name__}.backend is not set (a class, 'module:Class' or a name)")
+        return resolve_backend_class(cls.backend)
+
+    @classmethod
+    def capabilities_of(cls) -> Capabilities:
+        if cls.declared_capabilities is not None:
+            return cls.declared_capabilities
+        caps = getattr(cls.backend_class(), "capabilities", None)
+        return caps if isinstance(caps, Capabilities) else Capabilities()
+
+    def build_backend(self, storage_config: HiCacheStorageConfig) -> HiCacheStorage:
+        """Construct the way SGLang's dynamic loader does: ``cls(storage_config, {})``."""
+        return self.backend_class()(storage_config, {})  # type: ignore[no-any-return]
+
+    # -- fixtures ------------------------------------------------------------------------
+    @pytest.fixture
+    def hicache_namespace(self) -> str:
+        return f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:12]}"
+
+    @pytest.fixture
+    def backend_factory(self, hicache_namespace: str) -> Iterator[BackendFactory]:
+        factory = BackendFactory(self.build_backend, self.config, hicache_namespace)
+        yield factory
+        factory.teardown(clear=self.capabilities_of().delete)
+
+    @pytest.fixture
+    def fault_hooks(self) -> Any:
+        return None
+
+    @pytest.fixture
+    def raw_pages(self) -> Any:
+        return None
+
+    @pytest.fixture(autouse=True)
+    def _hicache_gate(self, request: pytest.FixtureRequest) -> Iterator[None]:
+        fn = request.function
+        name = fn.__name__
+        needed = test_requires(fn)
+        caps = self.capabilities_of()
+        missing = missing_capabilities(caps, needed)
+        if missing:
+            pytest.skip(f"backend does not declare {', '.join(missing)}")
+        waivers = validate_waivers(self.waivers)
+        if name in waivers:
+            request.applymarker(pytest.mark.xfail(strict=True, reason=f"waived: {waivers[name]}"))
+        request.node.user_properties.append(("hicache_level", test_level(fn)))
+        with Watchdog(self.test_timeout_s, label=name):
+            yield
+
+    # -- helpers ---------------------------------------------------------------------------
+    @staticmethod
+    def storage_config_for(case: PoolCase, **fields: Any) -> HiCacheStorageConfig:
+        base: dict[str, Any] = {
+            "model_name": "conformance/model",
+            "is_mla_model": case.kind == "mla",
+            "is_page_first_layout": case.layout.startswith("page_first"),
+        }
+        base.update(fields)
+        return HiCacheStorageConfig(**base)
+
+    @staticmethod
+    def attach(
+        backend: HiCacheStorage, case: PoolCase, sidecars: tuple[str, ...] = (), **kw: Any
+    ) -> Attached:
+        """Register a fresh KV pool for ``case`` (and the named sidecar pools) the way
+        SGLang's controller does."""
+        kv = P.make_kv_pool(case, **kw)
+        backend.register_mem_pool_host(kv)
+        backend.register_mem_host_pool_v2(kv, PoolName.KV)
+        att = Attached(backend, kv, case)
+        for name in sidecars:
+            pool = P.make_sidecar_pool(name, case)
+            backend.register_mem_host_pool_v2(pool, PoolName(name))
+            att.pools[name] = pool
+        on_registered = getattr(backend, "on_host_pools_registered", None)
+        if on_registered is not None:
+            on_registered()
+        return att
+
+    def write(
+        self, att: Attached, keys: list[str], first_page: int, seeds: list[str] | None = None
+    ) -> tuple[list[bool], list[bytes]]:
+        """Fill pages ``first_page..`` with data from ``seeds`` (default: the keys) and
+        store them under ``keys`` (v1 when ``zero_copy`` is declared, else legacy)."""
+        seeds = keys if seeds is None else seeds
+        data = [P.fill_page(att.kv, first_page + i, s) for i, s in enumerate(seeds)]
+        if self.capabilities_of().zero_copy:
+            ok = att.backend.batch_set_v1(keys, P.host_indices(att.kv, first_page, len(keys)))
+            return list(ok), data
+        values = [
+            att.kv.get_data_page((first_page + i) * att.kv.page_size, flat=True) for i in range(len(keys))
+        ]
+        all_ok = att.backend.batch_set(keys, values)
+        return [bool(all_ok)] * len(keys), data
+
+    def read(self, att: Attached, keys: list[str], first_page: int) -> list[bytes | None]:
+        """Read ``keys`` into pages ``first_page..`` (sentinel-filled first); the bytes of
+        each hit, ``None`` for each miss."""
+        for i in range(len(keys)):
+            P.zero_page(att.kv, first_page + i)
+        if self.capabilities_of().zero_copy:
+            ok = att.backend.batch_get_v1(keys, P.host_indices(att.kv, first_page, len(keys)))
+            assert isinstance(ok, list) and len(ok) == len(keys), f"batch_get_v1 returned {ok!r}"
+            return [P.page_bytes(att.kv, first_page + i) if hit else None for i, hit in enumerate(ok)]
+        targets = [att.kv.get_dummy_flat_data_page() for _ in keys]
+        got = att.backend.batch_get(keys, targets)
+        assert isinstance(got, list) and len(got) == len(keys), f"batch_get returned {got!r}"
+        out: list[bytes | None] = []
+        for t in got:
+            out.append(None if t is None else P._as_bytes(t))
+        return out
+
+    @staticmethod
+    def keys(namespace: str, label: str, n: int) -> list[str]:
+        return [P.page_key(namespace, f"{label}-{i}") for i in range(n)]

@@ -1,0 +1,134 @@
+"""The JSON report and the per-level summary table.
+
+Report fields: ``suite_version``, ``backend`` (name, class, distribution, version),
+``capabilities`` (declared, verified: cap -> "verified" / "failed" / "untested" /
+"not declared"), ``levels`` (level -> passed / skipped / failed / waived counts),
+``waivers`` (test -> reason), ``tests`` (nodeid -> outcome), ``config`` (secrets removed),
+``ok``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .capabilities import LEVELS
+
+__all__ = ["Outcome", "redact_config", "build_report", "summary_lines", "backend_distribution"]
+
+_SECRET = re.compile(r"(secret|password|passwd|token|credential|salt|auth|access_key|private)", re.I)
+
+
+def redact_config(config: Mapping[str, Any], backend_cls: Any = None) -> dict[str, Any]:
+    """A copy of ``config`` with secrets replaced by ``"***"``: keys whose name looks
+    secret, and fields the backend's ``config_cls`` marks secret. Nested mappings too."""
+    secret_fields: set[str] = set()
+    cfg_cls = getattr(backend_cls, "config_cls", None)
+    try:
+        import dataclasses
+
+        if cfg_cls is not None and dataclasses.is_dataclass(cfg_cls):
+            secret_fields = {f.name for f in dataclasses.fields(cfg_cls) if f.metadata.get("secret")}
+    except Exception:
+        pass
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, Mapping):
+            out[k] = redact_config(v)
+        elif (k in secret_fields or _SECRET.search(str(k))) and v not in (None, ""):
+            out[k] = "***"
+        elif isinstance(v, str) and re.search(r"://[^/@\s]+:[^/@\s]+@", v):
+            out[k] = re.sub(r"(://[^/:@\s]+):[^/@\s]+@", r"\1:***@", v)
+        else:
+            out[k] = v
+    return out
+
+
+@dataclass
+class Outcome:
+    nodeid: str
+    name: str
+    level: int | None
+    requires: tuple[str, ...]
+    outcome: str = "unknown"  # passed / failed / skipped / waived
+    reason: str = ""
+
+
+@dataclass
+class Collected:
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+
+
+def backend_distribution(cls: Any) -> tuple[str | None, str | None]:
+    """(distribution, version) that provides ``cls``'s top-level package, if any."""
+    try:
+        from importlib import metadata
+
+        top = cls.__module__.split(".")[0]
+        dists = metadata.packages_distributions().get(top) or []
+        if dists:
+            return dists[0], metadata.version(dists[0])
+    except Exception:
+        pass
+    return None, None
+
+
+def build_report(
+    *,
+    suite_version: str,
+    backend_name: str,
+    backend_cls: Any,
+    declared: Mapping[str, bool],
+    outcomes: list[Outcome],
+    waivers: Mapping[str, str],
+    config: Mapping[str, Any],
+) -> dict[str, Any]:
+    dist, version = backend_distribution(backend_cls)
+    levels: dict[str, dict[str, int]] = {}
+    outcomes = [o for o in outcomes if o.outcome != "unknown"]  # not run (deselected, -x)
+    for o in outcomes:
+        name = LEVELS.get(o.level if o.level is not None else -1, "other")
+        counts = levels.setdefault(name, {"passed": 0, "skipped": 0, "failed": 0, "waived": 0})
+        counts[o.outcome if o.outcome in counts else "failed"] += 1
+    verified: dict[str, str] = {}
+    for cap, on in declared.items():
+        if not on:
+            verified[cap] = "not declared"
+            continue
+        relevant = [o for o in outcomes if cap in o.requires]
+        if any(o.outcome == "failed" for o in relevant):
+            verified[cap] = "failed"
+        elif any(o.outcome == "passed" for o in relevant):
+            verified[cap] = "verified"
+        else:
+            verified[cap] = "untested"
+    failed = sum(c["failed"] for c in levels.values())
+    return {
+        "suite_version": suite_version,
+        "backend": {
+            "name": backend_name,
+            "class": f"{backend_cls.__module__}:{backend_cls.__qualname__}"
+            if backend_cls is not None
+            else None,
+            "distribution": dist,
+            "version": version,
+        },
+        "capabilities": {"declared": dict(declared), "verified": verified},
+        "levels": dict(sorted(levels.items())),
+        "waivers": dict(waivers),
+        "config": redact_config(config, backend_cls),
+        "tests": {o.nodeid: {"outcome": o.outcome, "level": o.level, "reason": o.reason} for o in outcomes},
+        "ok": failed == 0,
+    }
+
+
+def summary_lines(report: Mapping[str, Any]) -> list[str]:
+    """A fixed-width table: one row per level with pass / skip / fail / waived."""
+    rows = [f"{'level':<16}{'passed':>8}{'skipped':>9}{'failed':>8}{'waived':>8}"]
+    for name, c in report["levels"].items():
+        rows.append(f"{name:<16}{c['passed']:>8}{c['skipped']:>9}{c['failed']:>8}{c['waived']:>8}")
+    verdict = "PASS" if report["ok"] else "FAIL"
+    rows.append(f"{report['backend']['name']}: {verdict}")
+    return rows

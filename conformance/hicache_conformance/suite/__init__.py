@@ -1,0 +1,28 @@
+"""The suite's test mixins, by level; :class:`BackendSuite` combines them all."""
+
+from __future__ import annotations
+
+from .l0_shape import ShapeTests
+from .l1_pools import PoolTests
+from .l1_semantics import SemanticsTests
+from .l2_l3 import ConcurrencyTests, LifecycleTests
+from .l4_faults import FaultTests
+from .stateful import StatefulTests
+
+__all__ = [
+    "BackendSuite",
+    "ShapeTests",
+    "SemanticsTests",
+    "PoolTests",
+    "LifecycleTests",
+    "ConcurrencyTests",
+    "FaultTests",
+    "StatefulTests",
+]
+
+
+class BackendSuite(
+    ShapeTests, SemanticsTests, PoolTests, LifecycleTests, ConcurrencyTests, FaultTests, StatefulTests
+):
+    """Subclass as ``class TestMyBackend(BackendSuite): backend = "mine"`` (see
+    :mod:`hicache_conformance.base` for what to set and override)."""

@@ -1,0 +1,110 @@
+"""L2 lifecycle (persistence, capacity bound, scoped clear) and L3 concurrency
+(threads on overlapping keys: no torn page, no lost write)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .. import pools as P
+from ..base import BackendFactory, SuiteBase
+from ..capabilities import level, requires
+from ..matrix import PoolCase
+
+
+class LifecycleTests(SuiteBase):
+    #: Extra-config overrides that set a byte capacity bound (``capacity_bound`` backends).
+    def capacity_config(self, capacity_bytes: int) -> dict[str, Any]:
+        return {"capacity_bytes": capacity_bytes}
+
+    @level(2)
+    @requires("persistent")
+    def test_persists_across_reinstantiation(self, backend_factory: BackendFactory) -> None:
+        case = PoolCase()
+        sc = self.storage_config_for(case)
+        first = self.attach(backend_factory(storage_config=sc), case)
+        keys = self.keys(backend_factory.namespace, "persist", 3)
+        _, data = self.write(first, keys, 0)
+        first.backend.close()
+        second = self.attach(backend_factory(storage_config=sc), case)
+        assert self.read(second, keys, 10) == data
+
+    @level(2)
+    @requires("capacity_bound")
+    def test_capacity_bound_is_enforced(self, backend_factory: BackendFactory) -> None:
+        case = PoolCase()
+        probe = P.make_kv_pool(case)
+        page = len(P._as_bytes(probe.get_dummy_flat_data_page()))
+        cap_pages, batch = 8, 4
+        att = self.attach(
+            backend_factory(
+                storage_config=self.storage_config_for(case), **self.capacity_config(cap_pages * page)
+            ),
+            case,
+        )
+        written: list[str] = []
+        for round_ in range(6):
+            keys = self.keys(backend_factory.namespace, f"cap{round_}", batch)
+            self.write(att, keys, 0)
+            written += keys
+            present = sum(att.backend.batch_exists([k]) for k in written)
+            assert present <= cap_pages + batch, f"{present} pages stored with a bound of {cap_pages}"
+        assert len(written) > cap_pages + batch
+
+    @level(2)
+    @requires("delete")
+    def test_clear_is_scoped_to_the_namespace(self, backend_factory: BackendFactory) -> None:
+        case = PoolCase()
+        mine = self.attach(backend_factory(storage_config=self.storage_config_for(case)), case)
+        other_ns = backend_factory.new_namespace()
+        other = self.attach(
+            backend_factory(namespace=other_ns, storage_config=self.storage_config_for(case)), case
+        )
+        keys = self.keys(backend_factory.namespace, "clear", 2)
+        self.write(mine, keys, 0)
+        _, data = self.write(other, keys, 0)
+        mine.backend.clear()
+        assert mine.backend.batch_exists(keys) == 0
+        assert self.read(other, keys, 10) == data, "clear() removed another namespace's pages"
+
+
+class ConcurrencyTests(SuiteBase):
+    threads: int = 4
+    rounds: int = 6
+
+    @level(3)
+    def test_threads_mixing_ops_no_torn_page_no_lost_write(self, backend_factory: BackendFactory) -> None:
+        case = PoolCase()
+        att = self.attach(backend_factory(storage_config=self.storage_config_for(case)), case)
+        keys = self.keys(backend_factory.namespace, "conc", 12)
+        nbytes = len(P._as_bytes(att.kv.get_dummy_flat_data_page()))
+        expected = {k: P.pattern(k, nbytes) for k in keys}
+        written: set[str] = set()
+        problems: list[str] = []
+        lock = threading.Lock()
+
+        def worker(t: int) -> None:
+            base = t * 40
+            try:
+                for r in range(self.rounds):
+                    chunk = keys[(t + r) % 4 :: 2][:6]
+                    ok, _ = self.write(att, chunk, base)
+                    with lock:
+                        written.update(k for k, o in zip(chunk, ok) if o)
+                    got = self.read(att, chunk, base + 10)
+                    for k, g in zip(chunk, got):
+                        if g is not None and g != expected[k]:
+                            problems.append(f"torn or foreign page under {k[:8]}")
+                    att.backend.batch_exists(chunk)
+            except Exception as e:  # a raise from a batch call is itself a failure
+                problems.append(f"thread {t}: {type(e).__name__}: {e}")
+
+        ts = [threading.Thread(target=worker, args=(t,)) for t in range(self.threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not problems, problems[:5]
+        lost = [k for k in sorted(written) if self.read(att, [k], 250) != [expected[k]]]
+        if not self.capabilities_of().eviction:
+            assert not lost, f"{len(lost)} acknowledged writes lost"

@@ -1,0 +1,110 @@
+"""Nothing in the suite waits forever.
+
+* :class:`Watchdog`: a per-test time limit. In the main thread on POSIX it arms
+  ``SIGALRM`` and raises :class:`WatchdogTimeout` inside the hung call (blocking sleeps,
+  lock waits and socket reads are interrupted); everywhere it also arms
+  ``faulthandler.dump_traceback_later`` a little later, so a hang that cannot be
+  interrupted still leaves every thread's stack in the log.
+* :func:`bounded_call`: run one backend call in a daemon thread and give up after a
+  deadline. A call that never returns is abandoned (the thread keeps running); the
+  caller gets :class:`CallTimeout` and the test fails instead of hanging.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType, TracebackType
+from typing import Any, TypeVar
+
+__all__ = ["WatchdogTimeout", "CallTimeout", "Watchdog", "bounded_call"]
+
+T = TypeVar("T")
+
+
+class WatchdogTimeout(AssertionError):
+    """A whole test ran past its time limit (it fails rather than hangs)."""
+
+
+class CallTimeout(AssertionError):
+    """One backend call did not return within its deadline."""
+
+
+class Watchdog:
+    """Context manager that fails the enclosed block after ``seconds``.
+
+    ``seconds <= 0`` disables it. Nested use in one thread is not supported (the
+    inner one would replace the outer alarm). Outside the main thread, or where
+    ``SIGALRM`` does not exist, only the traceback dump is armed.
+    """
+
+    def __init__(self, seconds: float, label: str = "test") -> None:
+        self.seconds = seconds
+        self.label = label
+        self._armed_signal = False
+        self._old_handler: Any = None
+
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        raise WatchdogTimeout(
+            f"{self.label} ran past the conformance watchdog ({self.seconds:g} s): "
+            "a backend call hung (stacks of all threads were dumped to stderr)"
+        )
+
+    def __enter__(self) -> Watchdog:
+        if self.seconds <= 0:
+            return self
+        faulthandler.dump_traceback_later(self.seconds + 5.0, repeat=False, file=sys.stderr, exit=False)
+        if hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread():
+            self._old_handler = signal.signal(signal.SIGALRM, self._on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            self._armed_signal = True
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.seconds <= 0:
+            return
+        faulthandler.cancel_dump_traceback_later()
+        if self._armed_signal:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old_handler)
+            self._armed_signal = False
+
+
+def bounded_call(fn: Callable[..., T], *args: Any, timeout: float, label: str = "", **kwargs: Any) -> T:
+    """Call ``fn(*args, **kwargs)`` and return its result, or raise :class:`CallTimeout`
+    after ``timeout`` seconds. An exception raised by ``fn`` is re-raised unchanged.
+
+    The call runs in a daemon thread; on timeout it is abandoned, never killed (its
+    buffers must therefore stay alive: callers keep their references)."""
+    result: list[Any] = []
+    error: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            result.append(fn(*args, **kwargs))
+        except BaseException as e:
+            error.append(e)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=run, name=f"hicache-conformance-call-{label or fn.__name__}", daemon=True)
+    start = time.monotonic()
+    t.start()
+    if not done.wait(timeout):
+        raise CallTimeout(
+            f"{label or getattr(fn, '__name__', 'call')} did not return within {timeout:g} s "
+            f"(still running after {time.monotonic() - start:.1f} s)"
+        )
+    if error:
+        raise error[0]
+    return result[0]  # type: ignore[no-any-return]
