@@ -12,7 +12,7 @@ echo "== ruff"
 echo "== mypy (strict, hicache_sdk)"
 .venv/bin/mypy
 echo "== pytest"
-.venv/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/sglang \
+.venv/bin/python -m pytest -q -p no:cacheprovider \
     tests backends/file/tests conformance/tests
 echo "== real SGLang 0.5.23 (tox -e sglang)"
 .venv/bin/tox -q -e sglang
