@@ -47,7 +47,7 @@ def test_types_match() -> None:
     assert names(StorageMetrics) == CURRENT.storage_metrics_fields
     assert tuple(p.value for p in sg.PoolName) == CURRENT.pool_names
     assert tuple(p.value for p in sg.PoolHitPolicy) == CURRENT.hit_policies
-    assert sg.STORAGE_BATCH_SIZE == CURRENT.storage_batch_size
+    assert CURRENT.storage_batch_size == sg.STORAGE_BATCH_SIZE
     assert names(sg.SidecarPoolSpec) == tuple(f.name for f in dataclasses.fields(hicache_sdk.SidecarPoolSpec))
 
 
@@ -76,7 +76,7 @@ def test_semantics_match_on_the_same_inputs() -> None:
 def test_hashing_matches_sglang() -> None:
     from sglang.srt.mem_cache import utils as sg_utils
 
-    tokens = list(range(1, 129)) + [2**40, 7]
+    tokens = [*range(1, 129), 2**40, 7]
     for page in (None, 4, 64):
         assert sg_utils.get_hash_str(tokens, None, page) == hicache_sdk.get_hash_str(tokens, None, page)
     seed = hicache_sdk.storage_namespace_seed("lora-x", "salt")
