@@ -18,6 +18,7 @@ Edge cases of the free list (:class:`HostPoolBase`):
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from typing import ClassVar
@@ -26,7 +27,17 @@ import torch
 
 from hicache_sdk.hostpool.describe import page_starts
 
-__all__ = ["HostPoolBase", "check_positive_int", "coerce_flat_page", "dtype_name", "resolve_pin_memory"]
+__all__ = [
+    "BUFFER_ALIGN",
+    "HostPoolBase",
+    "check_positive_int",
+    "coerce_flat_page",
+    "dtype_name",
+    "resolve_pin_memory",
+]
+
+#: Alignment (bytes) of every pool buffer's first byte: the page size / O_DIRECT unit.
+BUFFER_ALIGN = 4096
 
 
 def check_positive_int(value: object, name: str) -> int:
@@ -118,8 +129,20 @@ class HostPoolBase:
     # -- buffers ---------------------------------------------------------------------------
 
     def _new_buffer(self, dims: Sequence[int], dtype: torch.dtype | None = None) -> torch.Tensor:
-        """A zero-filled CPU tensor, page-locked when ``self.pin_memory``."""
-        return torch.zeros(tuple(dims), dtype=dtype or self.dtype, device="cpu", pin_memory=self.pin_memory)
+        """A zero-filled contiguous CPU tensor whose data starts on a :data:`BUFFER_ALIGN`
+        (4 KiB) boundary, page-locked when ``self.pin_memory``.
+
+        The alignment lets a file backend read pages with ``O_DIRECT`` straight into
+        the pool (it needs 4 KiB-aligned memory). It is made by over-allocating a byte
+        tensor by ``BUFFER_ALIGN`` and viewing an aligned slice of it (the view keeps the
+        allocation alive); CUDA's pinned allocator is page-aligned already, the check is
+        the same. A 0-element buffer is fine."""
+        dt = dtype or self.dtype
+        shape = tuple(int(d) for d in dims)
+        nbytes = math.prod(shape) * torch.empty((), dtype=dt).element_size()
+        raw = torch.zeros(nbytes + BUFFER_ALIGN, dtype=torch.uint8, device="cpu", pin_memory=self.pin_memory)
+        off = -int(raw.data_ptr()) % BUFFER_ALIGN
+        return raw[off : off + nbytes].view(dt).view(shape)
 
     # -- the page surface every pool implements (SGLang's HostKVCache names) ----------------------
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
@@ -127,6 +128,35 @@ def _reject_namespace(scheme: str, namespace: str, namespace_salt: Optional[str]
         )
 
 
+def _all_hex64(hashes: Sequence[str]) -> bool:
+    """Whether every entry is a ``str`` of exactly 64 lowercase hex chars, in a few
+    C-level passes over the batch (no per-hash Python call). ``False`` means "check them
+    one by one" (the slow path names the bad one)."""
+    if not hashes or set(map(type, hashes)) != {str} or set(map(len, hashes)) != {64}:
+        return False
+    joined = "".join(hashes)
+    try:
+        # fromhex skips whitespace and accepts A-F: the round trip through hex() (always
+        # lowercase, no whitespace) is equal only for pure lowercase hex input.
+        return bytes.fromhex(joined).hex() == joined
+    except ValueError:
+        return False
+
+
+def _all_plain(hashes: Sequence[str]) -> bool:
+    """Bulk form of :func:`check_plain_fragment` over a batch: ``True`` only when every
+    entry surely passes it (``False``: check one by one, which raises on the bad one)."""
+    if not hashes or set(map(type, hashes)) != {str} or "" in hashes:
+        return False
+    joined = "/".join(hashes)  # a separator no valid hash holds, so nothing spans two
+    return (
+        joined.count("/") == len(hashes) - 1
+        and "\\" not in joined
+        and ".." not in joined
+        and joined.isprintable()  # false for any control char (and some rare others)
+    )
+
+
 class DefaultKeyScheme(KeyScheme):
     """Ours: ``{ns}/{model}/{pool}-{identity16}/{hash[:2]}/{hash}`` (``ns`` is ``_`` when
     the namespace is empty). Components are sanitised; ``/`` is the only separator and
@@ -214,6 +244,19 @@ class DefaultKeyScheme(KeyScheme):
         prefix = self._ident(pool)[1]
         return [ObjectSpec(f"{prefix}{page_hash[:2]}/{page_hash}", tuple(pool.flat_order))]
 
+    def page_names(self, page_hashes: Sequence[str], pool: PoolLayout) -> list[str]:
+        """Fast path of :meth:`page_objects` for a batch: the single object name of each
+        page (its segments are always ``pool.flat_order``), identical to
+        ``page_objects(h, pool)[0].name``. ``[]`` for a logical pool (no objects);
+        ``ValueError`` names the first bad hash."""
+        if not _all_hex64(page_hashes):
+            for h in page_hashes:
+                check_hex_page_hash(h)
+        if not pool.has_buffer:
+            return []
+        prefix = self._ident(pool)[1]
+        return [f"{prefix}{h[:2]}/{h}" for h in page_hashes]
+
     def clear_prefix(self) -> str:
         return f"{self._ns}/"
 
@@ -263,6 +306,23 @@ class SGLangFileKeyScheme(KeyScheme):
             suffix = self.tp_config_suffix if pool_name == "mamba" else self.config_suffix
             stem = f"{page_hash}.{pool_name}{suffix}"
         return [ObjectSpec(f"{stem}.bin", tuple(pool.flat_order))]
+
+    def page_names(self, page_hashes: Sequence[str], pool: PoolLayout) -> list[str]:
+        """Fast path of :meth:`page_objects` for a batch (one object per page, segments
+        in ``pool.flat_order``): the names, identical to ``page_objects(h, pool)[0].name``.
+        ``[]`` for a logical pool; ``ValueError`` names the first bad hash."""
+        if not _all_plain(page_hashes):
+            for h in page_hashes:
+                check_plain_fragment(h, "page_hash")
+        if not pool.has_buffer:
+            return []
+        pool_name = sanitize_component(pool.name)
+        if pool_name == "kv":
+            suffix = f"{self.config_suffix}.bin"
+        else:
+            cfg = self.tp_config_suffix if pool_name == "mamba" else self.config_suffix
+            suffix = f".{pool_name}{cfg}.bin"
+        return [f"{h}{suffix}" for h in page_hashes]
 
     def clear_prefix(self) -> str:
         return ""

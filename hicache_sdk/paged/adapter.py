@@ -210,6 +210,9 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
             segs = page_segments(state.pool, state.layout, list(starts))
         else:
             segs, finish = self._copy_pages(state, starts, write)
+        fast = state.page_objects_fast(self.scheme, keys, segs)
+        if fast is not None:
+            return fast, list(range(len(keys))), finish
         objs: list[ObjectIO] = []
         owners: list[int] = []
         for i, key in enumerate(keys):
@@ -274,9 +277,15 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         size (one transport call). A wrong-sized object is missing and gets deleted."""
         kv = self._require_kv_bytes("batch_exists")
         keys = check_keys(keys)
-        objs, owners = self._page_objects_nomem(kv, keys)
+        names = kv.page_names(self.scheme, keys)
         t0 = time.perf_counter()
-        per_key = self._fold(len(keys), owners, self._exists(objs))
+        if names is not None:  # one object per page: no per-page objects at all
+            per_key = (
+                [False] * len(names) if self._closed else self._engine.exists_uniform(names, kv.object_size)
+            )
+        else:
+            objs, owners = self._page_objects_nomem(kv, keys)
+            per_key = self._fold(len(keys), owners, self._exists(objs))
         hits = per_key.index(False) if False in per_key else len(per_key)
         self.metrics.record("exists", pages=hits, seconds=time.perf_counter() - t0)
         return hits

@@ -1,7 +1,17 @@
-"""The SDK page header: the first bytes of every object written by the ``default`` key
-scheme. It lets a reader reject a foreign, stale or corrupt page instead of loading it.
+"""The SDK page integrity record: the LAST :data:`TRAILER_SIZE` bytes of every object
+written by the ``default`` key scheme (a trailer after the payload). It lets a reader
+reject a foreign, stale or corrupt page instead of loading it.
 
-Layout (little-endian, :data:`HEADER_SIZE` = 96 bytes)::
+An object is ``payload || trailer``. The record is a trailer, not a header, so the payload
+starts at file offset 0: a page-aligned payload can be read with ``O_DIRECT`` straight into
+4 KiB-aligned host memory (a header before it would shift every payload byte off the
+block grid). The record is still checked for every read, so the guarantees are those of
+a header: a truncated object has the wrong size (and the record would not be at its end);
+a torn, foreign or older-format object (format 1 had the record in front, so its last
+bytes are payload) fails the magic / version / identity / page / length checks.
+
+Layout of the record (little-endian, 96 bytes; :data:`HEADER_SIZE` is the same number,
+kept for the callers that name it so)::
 
     offset size field
     0      4    magic          b"HCPG"
@@ -9,7 +19,7 @@ Layout (little-endian, :data:`HEADER_SIZE` = 96 bytes)::
     6      2    header_len     HEADER_SIZE
     8      4    flags          bit 0: ``checksum`` holds a zlib.crc32 of the payload
     12     4    reserved       zero
-    16     8    payload_len    bytes after the header
+    16     8    payload_len    bytes before the trailer (the object is payload_len + 96)
     24     32   identity       sha256 of the key scheme's ``identity(pool)`` (model, dtype,
                                layout, geometry, parallel identity)
     56     32   page           sha256 of the page hash (its UTF-8 bytes)
@@ -38,6 +48,7 @@ __all__ = [
     "FORMAT_VERSION",
     "HEADER_SIZE",
     "MAGIC",
+    "TRAILER_SIZE",
     "HeaderError",
     "PageHeader",
     "crc32_segments",
@@ -45,8 +56,9 @@ __all__ = [
 ]
 
 MAGIC = b"HCPG"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: trailer after the payload (1: header before it, never read back)
 HEADER_SIZE = 96
+TRAILER_SIZE = HEADER_SIZE
 FLAG_CHECKSUM = 0x1
 _KNOWN_FLAGS = FLAG_CHECKSUM
 
@@ -82,7 +94,7 @@ def crc32_segments(segments: Iterable[Segment]) -> int:
 
 @dataclass(frozen=True)
 class PageHeader:
-    """One decoded header. ``identity`` and ``page`` are 32-byte digests (see
+    """One decoded integrity record (stored as the object's trailer). ``identity`` and ``page`` are 32-byte digests (see
     :func:`digest`); ``checksum`` is ``None`` when the page carries none."""
 
     identity: bytes

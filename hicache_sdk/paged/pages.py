@@ -1,9 +1,11 @@
-"""Object-level I/O of the paged adapter: headers, staging, validation and deletion of
-corrupt objects, over one :class:`~hicache_sdk.transport.Transport` call per batch.
+"""Object-level I/O of the paged adapter: integrity trailers, staging, validation and
+deletion of corrupt objects, over one :class:`~hicache_sdk.transport.Transport` call per
+batch.
 
 An :class:`ObjectIO` describes one physical object of one page: its name, the memory its
 payload lives in (segments, in object byte order) and, for header schemes, the identity
-and page digests its header must carry. :class:`ObjectEngine` turns a list of them into
+and page digests its integrity record must carry. That record (:mod:`.header`) is stored
+as a trailer: an object is ``payload || record``, so the payload starts at offset 0. :class:`ObjectEngine` turns a list of them into
 one ``read`` / ``write`` / ``exists`` call and returns per-object results.
 
 Rules:
@@ -11,8 +13,8 @@ Rules:
 * zero-copy: payload segments go to the transport as given (adjacent ones coalesced);
   when an object needs more segments than ``transport.max_segments``, it is staged
   through one SDK-owned contiguous buffer (one copy);
-* header objects are read together with their header into a per-call scratch buffer
-  (never shared between threads); a header that fails validation, or a checksum that
+* header objects are read together with their trailer (into a per-call scratch buffer,
+  never shared between threads); a record that fails validation, or a checksum that
   does not match, makes that object a miss, and the object is deleted
   (``integrity_deleted``);
 * a read that fails for an object is followed by one existence check of the failed
@@ -32,7 +34,7 @@ import numpy as np
 
 from ..resilience.metrics import Metrics
 from ..transport import SIZE_UNKNOWN, Segment, Transport, TransportError
-from .header import HEADER_SIZE, HeaderError, PageHeader, crc32_segments
+from .header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
 
 __all__ = ["ObjectEngine", "ObjectIO", "coalesce"]
 
@@ -69,8 +71,8 @@ class ObjectIO:
 
     @property
     def object_size(self) -> int:
-        """Stored size: header (if any) plus payload."""
-        return self.payload_len + (HEADER_SIZE if self.has_header else 0)
+        """Stored size: payload plus trailer (if any)."""
+        return self.payload_len + (TRAILER_SIZE if self.has_header else 0)
 
 
 def _addr(buf: np.ndarray) -> int:
@@ -131,6 +133,28 @@ class ObjectEngine:
         self.delete_corrupt(bad)
         return out
 
+    def exists_uniform(self, names: list[str], size: int) -> list[bool]:
+        """Fast form of :meth:`exists` for objects that all have one stored ``size``
+        (one-object pages of one pool): no :class:`ObjectIO` per page. A repeated name is
+        looked up once. Same answers and same deletion of wrong-sized objects as
+        :meth:`exists`."""
+        n = len(names)
+        if n == 0:
+            return []
+        unique = list(dict.fromkeys(names))
+        try:
+            sizes = self.transport.exists(unique)
+            if len(sizes) != len(unique):
+                raise TransportError("exists returned a wrong number of answers", "protocol")
+        except Exception as e:
+            self._failed("exists", e)
+            return [False] * n
+        if sizes.count(size) == len(sizes):
+            return [True] * n
+        good = {nm: s in (size, SIZE_UNKNOWN) for nm, s in zip(unique, sizes)}
+        self.delete_corrupt([nm for nm, s in zip(unique, sizes) if s is not None and not good[nm]])
+        return [good[nm] for nm in names]
+
     # -- read ----------------------------------------------------------------------
     def read(self, objects: Sequence[ObjectIO]) -> list[bool]:
         """Read every object into its segments. ``True`` per object only when the bytes
@@ -140,10 +164,10 @@ class ObjectEngine:
             return []
         limit = max(1, int(getattr(self.transport, "max_segments", 1 << 30)))
         n_hdr = sum(1 for o in objects if o.has_header)
-        scratch = np.empty(max(1, n_hdr) * HEADER_SIZE, dtype=np.uint8)
+        scratch = np.empty(max(1, n_hdr) * TRAILER_SIZE, dtype=np.uint8)
         base = _addr(scratch)
         buffers: list[list[Segment]] = []
-        hdr_at: list[int] = []  # offset of each object's header in scratch or its stage (-1: none)
+        rec_at: list[int] = []  # offset of each object's trailer in scratch or its stage (-1: none)
         stages: list[np.ndarray | None] = []
         slot = 0
         for o in objects:
@@ -153,17 +177,17 @@ class ObjectEngine:
                 stage = np.empty(o.object_size, dtype=np.uint8)
                 stages.append(stage)
                 buffers.append([(_addr(stage), o.object_size)])
-                hdr_at.append(0 if o.has_header else -1)
+                rec_at.append(o.payload_len if o.has_header else -1)
                 continue
             stages.append(None)
             if o.has_header:
-                off = slot * HEADER_SIZE
+                off = slot * TRAILER_SIZE
                 slot += 1
-                buffers.append([(base + off, HEADER_SIZE), *payload])
-                hdr_at.append(off)
+                buffers.append([*payload, (base + off, TRAILER_SIZE)])
+                rec_at.append(off)
             else:
                 buffers.append(payload)
-                hdr_at.append(-1)
+                rec_at.append(-1)
         try:
             ok = list(self.transport.read([o.name for o in objects], buffers))
             if len(ok) != n:
@@ -178,21 +202,16 @@ class ObjectEngine:
             staged = stages[i]
             if o.has_header:
                 assert o.identity is not None and o.page is not None
+                at = rec_at[i]
                 raw = (
-                    staged[:HEADER_SIZE]
-                    if staged is not None
-                    else scratch[hdr_at[i] : hdr_at[i] + HEADER_SIZE]
+                    staged[at : at + TRAILER_SIZE] if staged is not None else scratch[at : at + TRAILER_SIZE]
                 )
                 try:
-                    header = PageHeader.decode(raw.tobytes())
-                    header.check(identity=o.identity, page=o.page, payload_len=o.payload_len)
-                    if header.checksum is not None:
-                        payload_segs = (
-                            [(_addr(staged) + HEADER_SIZE, o.payload_len)]
-                            if staged is not None
-                            else o.segments
-                        )
-                        if crc32_segments(payload_segs) != header.checksum:
+                    record = PageHeader.decode(raw.tobytes())
+                    record.check(identity=o.identity, page=o.page, payload_len=o.payload_len)
+                    if record.checksum is not None:
+                        payload_segs = [(_addr(staged), o.payload_len)] if staged is not None else o.segments
+                        if crc32_segments(payload_segs) != record.checksum:
                             raise HeaderError("checksum")
                 except HeaderError as e:
                     ok[i] = False
@@ -200,7 +219,7 @@ class ObjectEngine:
                     self.metrics.error(f"header_{e.reason}")
                     continue
             if staged is not None:
-                self._scatter(staged, HEADER_SIZE if o.has_header else 0, o.segments)
+                self._scatter(staged, 0, o.segments)
         self.delete_corrupt(bad)
         failed = [o for o, good in zip(objects, ok) if not good and o.name not in bad]
         if failed:
@@ -237,20 +256,18 @@ class ObjectEngine:
             extra = 1 if hdr is not None else 0
             if len(payload) + extra > limit:
                 stage = np.empty(o.object_size, dtype=np.uint8)
-                off = 0
-                if hdr is not None:
-                    stage[:HEADER_SIZE] = np.frombuffer(hdr, dtype=np.uint8)
-                    off = HEADER_SIZE
-                dst = _addr(stage) + off
+                dst = _addr(stage)
                 for address, nbytes in payload:
                     ctypes.memmove(dst, address, nbytes)
                     dst += nbytes
+                if hdr is not None:
+                    stage[o.payload_len :] = np.frombuffer(hdr, dtype=np.uint8)
                 keep.append(stage)
                 buffers.append([(_addr(stage), o.object_size)])
             elif hdr is not None:
                 hbuf = np.frombuffer(hdr, dtype=np.uint8)
                 keep.append(hbuf)
-                buffers.append([(_addr(hbuf), HEADER_SIZE), *payload])
+                buffers.append([*payload, (_addr(hbuf), TRAILER_SIZE)])
             else:
                 buffers.append(payload)
         try:

@@ -17,6 +17,7 @@ from ..hostpool.layout import PoolLayout
 from ..keys.scheme_base import KeyScheme
 from ..spec import PoolHitPolicy, pool_name_str
 from ..transport import Segment
+from .header import TRAILER_SIZE
 from .pages import ObjectIO
 
 __all__ = [
@@ -63,6 +64,52 @@ class PoolState:
             )
         return out
 
+    def page_names(self, scheme: KeyScheme, page_hashes: Sequence[str]) -> list[str] | None:
+        """Fast path: the object name of each page when the scheme stores a page as ONE
+        object of all its segments in ``flat_order`` (``default``, ``sglang-file``: their
+        ``page_names``), else ``None`` (use :meth:`objects` per page). Names are identical
+        to the per-page path; a bad hash raises ``ValueError`` as there."""
+        fast = getattr(scheme, "page_names", None)
+        if fast is None or not self.layout.has_buffer:
+            return None
+        names: list[str] = fast(page_hashes, self.layout)
+        return names
+
+    def page_objects_fast(
+        self, scheme: KeyScheme, page_hashes: Sequence[str], segs: Sequence[Sequence[Segment]]
+    ) -> list[ObjectIO] | None:
+        """:meth:`objects` for a whole batch (page ``i``'s segments at ``segs[i]``, or no
+        memory when ``segs`` is empty), one object per page, through :meth:`page_names`;
+        ``None`` when the scheme has no fast path."""
+        names = self.page_names(scheme, page_hashes)
+        if names is None:
+            return None
+        order = tuple(self.layout.flat_order)
+        payload = self.layout.page_bytes
+        ident = self.identity
+        if ident is None:
+            pages: Sequence[bytes | None] = [None] * len(names)
+        else:
+            from .header import digest
+
+            pages = [digest(h) for h in page_hashes]
+        return [
+            ObjectIO(
+                name=nm,
+                segments=tuple(segs[i][j] for j in order) if segs else (),
+                payload_len=payload,
+                identity=ident,
+                page=pages[i],
+            )
+            for i, nm in enumerate(names)
+        ]
+
+    @property
+    def object_size(self) -> int:
+        """Stored size of a one-object page: the page bytes plus the SDK trailer when the
+        scheme has one."""
+        return self.layout.page_bytes + (TRAILER_SIZE if self.identity is not None else 0)
+
     def flat_page_segments(self, base: int) -> list[Segment]:
         """Segment memory (``segment_sizes`` order) of one page held as a flat buffer at
         ``base``, whose bytes are the segments concatenated in ``flat_order``."""
@@ -79,6 +126,8 @@ def check_keys(keys: Any, arg: str = "keys") -> list[str]:
     """``keys`` as a list of ``str`` (a list or tuple of strings), else ``ValueError``."""
     if not isinstance(keys, (list, tuple)):
         raise ValueError(f"{arg} must be a list of str, got {type(keys).__name__}")
+    if not keys or set(map(type, keys)) == {str}:  # fast path: no per-key Python call
+        return list(keys)
     for i, k in enumerate(keys):
         if not isinstance(k, str):
             raise ValueError(f"{arg}[{i}] must be a str, got {type(k).__name__}")

@@ -43,12 +43,13 @@ def _flip(data: bytes, at: int) -> bytes:
 CORRUPTIONS = {
     "truncated": lambda d: d[:-1],
     "extended": lambda d: d + b"\0",
-    "magic": lambda d: _flip(d, 0),
-    "version": lambda d: _flip(d, 4),
-    "flags": lambda d: _flip(d, 9),
-    "identity": lambda d: _flip(d, 30),
-    "page": lambda d: _flip(d, 60),
-    "length": lambda d: _flip(d, 16),
+    # offsets inside the integrity record, which is the object's trailer
+    "magic": lambda d: _flip(d, len(d) - HEADER_SIZE + 0),
+    "version": lambda d: _flip(d, len(d) - HEADER_SIZE + 4),
+    "flags": lambda d: _flip(d, len(d) - HEADER_SIZE + 9),
+    "identity": lambda d: _flip(d, len(d) - HEADER_SIZE + 30),
+    "page": lambda d: _flip(d, len(d) - HEADER_SIZE + 60),
+    "length": lambda d: _flip(d, len(d) - HEADER_SIZE + 16),
 }
 
 
@@ -92,7 +93,7 @@ def test_checksum_mismatch_is_miss(make_storage: StorageFactory, store: str) -> 
     k = hkey(0, "crc")
     assert s.batch_set_v1([k], scattered_slots(src, 1)) == [True]
     name = _object_name(s, k)
-    _replace(store, name, _flip(_raw(store, name), HEADER_SIZE + 3))
+    _replace(store, name, _flip(_raw(store, name), 3))  # a payload byte
     assert r.batch_exists([k]) == 1  # size is right: existence cannot tell
     assert r.batch_get_v1([k], scattered_slots(r.mem_pool_host, 1)) == [False]
     assert r.metrics.counter("integrity_deleted") == 1

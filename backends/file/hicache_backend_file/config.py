@@ -91,6 +91,10 @@ class FileConfig(BackendConfig):
       for ``exists`` (SGLang's names; ``-1`` = entries never expire). Pages deleted by
       another process may be reported present until the entry expires; the following
       read is then a miss.
+    * ``direct_io`` [True]: read what is not in the page cache with ``O_DIRECT`` straight
+      into the destination, when its memory is 4 KiB-aligned (our host pools are); cached
+      data, unaligned destinations (e.g. SGLang's own pools) and file systems without
+      ``O_DIRECT`` (tmpfs) use buffered reads. See docs/backends/file.md.
     * ``fsync`` [False]: fsync each page and its directory before it counts as written.
       Off: a page survives a process crash (the kernel holds it) but not a power loss.
     * ``stale_temp_s`` [600.0]: age after which a temporary file of a writer we cannot
@@ -117,6 +121,7 @@ class FileConfig(BackendConfig):
     )
     metadata_ttl: float = field(default=5.0, metadata={"env": "SGLANG_HICACHE_FILE_BACKEND_METADATA_TTL"})
     fsync: bool = False
+    direct_io: bool = True
     stale_temp_s: float = 600.0
 
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 
 __all__ = ["MetadataCache"]
 
@@ -35,6 +36,22 @@ class MetadataCache:
                 del self._entries[name]
                 return None
             return hit[0]
+
+    def get_many(self, names: Sequence[str]) -> list[int | None]:
+        """:meth:`get` for many names under one lock acquisition."""
+        with self._lock:
+            entries = self._entries
+            if self.ttl == -1:
+                return [hit[0] if (hit := entries.get(n)) is not None else None for n in names]
+            now = time.monotonic()
+            out: list[int | None] = []
+            for n in names:
+                hit = entries.get(n)
+                if hit is not None and now - hit[1] > self.ttl:
+                    del entries[n]
+                    hit = None
+                out.append(None if hit is None else hit[0])
+            return out
 
     def put(self, name: str, size: int) -> None:
         with self._lock:

@@ -56,8 +56,33 @@ def check_name(name: object, arg: str = "key") -> str:
     return name
 
 
+def _all_plain_names(names: Sequence[str]) -> bool:
+    """``True`` only when every name surely passes :func:`is_page_name`, decided by a few
+    C-level passes over the batch joined with ``/`` (so name boundaries look like
+    component boundaries): ASCII, no NUL / backslash, no empty component (``//`` or a
+    ``/`` at either end), no component starting with ``.``, every name at most 255
+    chars (so every component and name is within the byte limits). ``False`` means
+    "check one by one" -- it is not a verdict."""
+    if not names or set(map(type, names)) != {str} or "" in names:
+        return False
+    if max(map(len, names)) > MAX_COMPONENT_BYTES:
+        return False
+    joined = "/".join(names)
+    return (
+        joined.isascii()
+        and not joined.startswith(("/", "."))
+        and not joined.endswith("/")
+        and "//" not in joined
+        and ("." not in joined or "/." not in joined)  # the 1-char search is ~80x faster
+        and "\\" not in joined
+        and "\x00" not in joined
+    )
+
+
 def check_names(names: Sequence[str], arg: str = "keys") -> None:
     """Validate every name before any I/O; the error names ``arg[i]``."""
+    if _all_plain_names(names):
+        return
     for i, n in enumerate(names):
         if not isinstance(n, str) or not is_page_name(n):
             check_name(n, f"{arg}[{i}]")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import mmap
 import os
 import stat
 import threading
@@ -38,7 +39,18 @@ from .config import FileConfig, resolve_root
 from .fsops import prepare_root, process_umask, publish_noreplace, remove_stale_temps, temp_name, walk_pages
 from .metacache import MetadataCache
 from .names import check_names, check_prefix
-from .vio import check_segments, preadv_exact, pwritev_all, segment_views, total_bytes
+from .vio import (
+    DIO_ALIGN,
+    IOV_MAX,
+    advance,
+    aligned_prefix,
+    check_segments,
+    preadv_exact,
+    preadv_nowait,
+    pwritev_all,
+    segment_views,
+    total_bytes,
+)
 
 __all__ = ["FileTransport"]
 
@@ -46,6 +58,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_DIRECT_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_DIRECT", 0)
+_BOUNCE_MAX = 64 * 1024  # largest unaligned tail read through the O_DIRECT bounce buffer
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _REASONS = {
     errno.ENOENT: "not_found",
@@ -83,6 +97,8 @@ class FileTransport(Transport):
         self._closed = False
         self._lock = threading.Lock()
         self._errors: dict[str, int] = {}
+        self._direct = bool(config.direct_io) and hasattr(os, "O_DIRECT")
+        self._direct_bytes = 0
         umask = process_umask()
         self._chmod_files = umask is None or bool(config.file_mode & umask)
         self._chmod_dirs = umask is None or bool(config.dir_mode & umask)
@@ -160,15 +176,34 @@ class FileTransport(Transport):
             return [None] * len(keys)
         mc = self.metadata_cache
         if mc is None:
-            return [self._stat_size(k) for k in keys]
-        out: list[int | None] = []
-        for k in keys:
-            size = mc.get(k)
-            if size is None:
-                size = self._stat_size(k)
+            return self._stat_sizes(keys)
+        out = mc.get_many(keys)
+        todo = [i for i, size in enumerate(out) if size is None]
+        if todo:
+            found = self._stat_sizes([keys[i] for i in todo])
+            for i, size in zip(todo, found):
                 if size is not None:
-                    mc.put(k, size)
-            out.append(size)
+                    out[i] = size
+                    mc.put(keys[i], size)
+        return out
+
+    def _stat_sizes(self, keys: Sequence[str]) -> list[int | None]:
+        """:meth:`_stat_size` for many names, as one tight loop (this is the whole cost of
+        ``exists`` besides the kernel's ``stat``)."""
+        out: list[int | None] = []
+        append = out.append
+        stat_, fd, isreg = os.stat, self._root_fd, stat.S_ISREG
+        for k in keys:
+            try:
+                st = stat_(k, dir_fd=fd, follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                append(None)
+                continue
+            except OSError as e:
+                self._count(_reason(e))
+                append(None)
+                continue
+            append(st.st_size if isreg(st.st_mode) else None)
         return out
 
     # ------------------------------------------------------------------ read
@@ -190,7 +225,7 @@ class FileTransport(Transport):
                 self._count("size_mismatch")
                 self._remove_if_same(name, st)
                 return False
-            if not preadv_exact(fd, segment_views(segs)):
+            if not self._fill(fd, name, st, segs):
                 self._count("size_mismatch")
                 return False
             if self.ledger is not None:
@@ -201,6 +236,87 @@ class FileTransport(Transport):
             return False
         finally:
             os.close(fd)
+
+    def _fill(self, fd: int, name: str, st: os.stat_result, segs: Segments) -> bool:
+        """Read the whole file (``fd``, stat ``st``) into ``segs``; ``False`` on a short file.
+
+        With ``direct_io``: first take what the page cache holds (``RWF_NOWAIT``, never
+        waits for the device); when that is not everything, read the 4 KiB-aligned
+        leading segments with ``O_DIRECT`` from a second descriptor of the same file
+        (checked by inode; no page-cache copy, the device DMAs into the caller's memory)
+        and the rest (e.g. the SDK trailer, unaligned memory) buffered."""
+        views = segment_views(segs)
+        if not self._direct:
+            return preadv_exact(fd, views)
+        total = st.st_size
+        got = preadv_nowait(fd, views)
+        if got == total:
+            return True
+        if got < 0:  # RWF_NOWAIT unsupported here: plain buffered reads from now on
+            self._direct = False
+            return preadv_exact(fd, views)
+        count, nbytes = aligned_prefix(segs)
+        if nbytes > got:
+            rest = total - nbytes
+            if 0 < rest <= _BOUNCE_MAX:
+                # The unaligned tail (the SDK trailer) joins the O_DIRECT read through an
+                # aligned bounce buffer: one device round trip per page, not two.
+                bounce = mmap.mmap(-1, -(-rest // DIO_ALIGN) * DIO_ALIGN)
+                try:
+                    if self._read_direct(name, st, [*views[:count], memoryview(bounce)], total):
+                        self._counts_direct(nbytes)
+                        tail = advance(views, nbytes)
+                        pos = 0
+                        for v in tail:
+                            v[:] = bounce[pos : pos + v.nbytes]
+                            pos += v.nbytes
+                        return True
+                finally:
+                    bounce.close()
+            elif self._read_direct(name, st, views[:count], nbytes):
+                self._counts_direct(nbytes)
+                return preadv_exact(fd, advance(views, nbytes), nbytes)
+        return preadv_exact(fd, advance(views, got), got)
+
+    def _counts_direct(self, nbytes: int) -> None:
+        with self._lock:
+            self._direct_bytes += nbytes
+
+    def direct_bytes(self) -> int:
+        """Bytes read with ``O_DIRECT`` so far (0 when the page cache served everything)."""
+        with self._lock:
+            return self._direct_bytes
+
+    def _read_direct(self, name: str, st: os.stat_result, views: list[memoryview], need: int) -> bool:
+        """``O_DIRECT`` read of aligned ``views`` from offset 0 of the file that ``st``
+        describes, until at least ``need`` bytes arrived (the last view may reach past the
+        end of the file). ``False`` (nothing certain was read; the caller reads buffered)
+        when the name now holds another file, the file system refuses ``O_DIRECT`` (then
+        it is not tried again) or the file ends before ``need``."""
+        try:
+            dfd = os.open(name, _DIRECT_FLAGS, dir_fd=self._root_fd)
+        except OSError as e:
+            if e.errno == errno.EINVAL:  # no O_DIRECT on this file system (tmpfs)
+                self._direct = False
+            return False
+        try:
+            dst = os.fstat(dfd)
+            if (dst.st_ino, dst.st_dev) != (st.st_ino, st.st_dev):
+                return False
+            done = 0
+            while done < need:
+                n = os.preadv(dfd, views[:IOV_MAX], done)
+                if n <= 0:
+                    return False
+                done += n
+                views = advance(views, n)
+            return True
+        except OSError as e:
+            if e.errno == errno.EINVAL:
+                self._direct = False
+            return False
+        finally:
+            os.close(dfd)
 
     def _remove_if_same(self, name: str, st: os.stat_result) -> None:
         """Delete a page of the wrong size (truncated, torn or foreign), unless the name

@@ -9,14 +9,30 @@ the bytes. Short transfers (signals, the 2 GiB per-call kernel cap, more than
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 from collections.abc import Sequence
 
 from hicache_sdk.transport import Segments
 
-__all__ = ["IOV_MAX", "check_segments", "segment_views", "preadv_exact", "pwritev_all", "total_bytes"]
+__all__ = [
+    "DIO_ALIGN",
+    "IOV_MAX",
+    "advance",
+    "aligned_prefix",
+    "check_segments",
+    "segment_views",
+    "preadv_exact",
+    "preadv_nowait",
+    "pwritev_all",
+    "total_bytes",
+]
 
 IOV_MAX: int = max(16, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024)
+#: Alignment O_DIRECT needs of memory addresses, lengths and file offsets. 4096 is a
+#: multiple of every common logical block size (512, 4096) and is the page size.
+DIO_ALIGN = 4096
+_RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
 
 
 def check_segments(buffers: Sequence[Segments], arg: str = "buffers") -> None:
@@ -42,7 +58,7 @@ def segment_views(segments: Segments) -> list[memoryview]:
     return out
 
 
-def _advance(views: list[memoryview], done: int) -> list[memoryview]:
+def advance(views: list[memoryview], done: int) -> list[memoryview]:
     """Drop the first ``done`` bytes from the view list."""
     i = 0
     while i < len(views) and done >= views[i].nbytes:
@@ -62,7 +78,7 @@ def preadv_exact(fd: int, views: list[memoryview], offset: int = 0) -> bool:
         if n <= 0:
             return False
         offset += n
-        views = _advance(views, n)
+        views = advance(views, n)
     return True
 
 
@@ -73,4 +89,37 @@ def pwritev_all(fd: int, views: list[memoryview], offset: int = 0) -> None:
         if n <= 0:  # pragma: no cover - a regular file never accepts 0 bytes without error
             raise OSError(0, "pwritev wrote nothing")
         offset += n
-        views = _advance(views, n)
+        views = advance(views, n)
+
+
+def aligned_prefix(segments: Segments, align: int = DIO_ALIGN) -> tuple[int, int]:
+    """``(count, nbytes)`` of the leading non-empty segments whose address and length are
+    multiples of ``align``: the part of an object starting at file offset 0 that
+    ``O_DIRECT`` can read straight into the caller's memory (every such segment starts
+    at an aligned file offset because every length before it is aligned). Empty
+    segments are skipped (they never reach :func:`segment_views`)."""
+    count = nbytes = 0
+    for addr, n in segments:
+        if not n:
+            continue
+        if addr % align or n % align:
+            break
+        count += 1
+        nbytes += n
+    return count, nbytes
+
+
+def preadv_nowait(fd: int, views: list[memoryview]) -> int:
+    """Read from offset 0 only what the page cache holds (``RWF_NOWAIT``): the bytes read,
+    0 when nothing is cached, ``-1`` when the kernel or file system does not support it.
+    Never waits for the device."""
+    if not _RWF_NOWAIT:
+        return -1
+    try:
+        return os.preadv(fd, views[:IOV_MAX], 0, _RWF_NOWAIT)
+    except BlockingIOError:
+        return 0
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            return -1
+        raise

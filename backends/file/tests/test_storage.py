@@ -103,7 +103,8 @@ def test_bad_page_is_miss_and_removed(make_storage: Make, tmp_path: Path, damage
     elif damage == "empty":
         victim.write_bytes(b"")
     elif damage == "flip_header":
-        victim.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])
+        at = len(data) - 96  # the first byte (magic) of the SDK trailer
+        victim.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :])
     else:
         # a page of another layout (4 layers instead of 2) written out of band under the same name
         other_root = tmp_path / "other"
