@@ -125,7 +125,9 @@ def test_check_dispatches_to_the_conformance_suite(monkeypatch: pytest.MonkeyPat
 def test_check_without_the_suite_exits_2_with_hint(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Both entries: the suite's cli module may already be imported by an earlier test.
     monkeypatch.setitem(sys.modules, "hicache_conformance", None)
+    monkeypatch.setitem(sys.modules, "hicache_conformance.cli", None)
     assert main(["check", "memory"]) == 2
     assert capsys.readouterr().err.strip() == INSTALL_HINT
     assert INSTALL_HINT == "hicache check needs the conformance suite: pip install hicache-conformance"
