@@ -1,7 +1,7 @@
 """Benchmark (not a test): page_starts + page_segments for one 128-page batch, against
 SGLang-style ``get_page_buffer_meta`` on the same pool. Prints times and the ratio.
 
-Run: ``.venv/bin/python tests/hostpool/bench_hostpool_segments.py``
+Run: ``.venv/bin/python scripts/bench_segments.py``
 """
 
 from __future__ import annotations
