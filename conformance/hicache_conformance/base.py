@@ -9,8 +9,16 @@ A backend's own tests subclass :class:`hicache_conformance.BackendSuite` and set
   a backend bound to the namespace it is given);
 * the ``fault_hooks`` fixture (L4): an object with ``stop()``, ``start()`` and optionally
   ``add_delay(seconds)`` / ``clear_delay()``;
-* the ``raw_pages`` fixture: an out-of-band oracle with ``put(backend, key, data)`` and
-  ``get(backend, key) -> bytes | None`` for KV pages, bypassing the backend's own I/O.
+* the ``raw_pages`` fixture: out-of-band access to the stored objects by physical name
+  (``names`` / ``get`` / ``put`` / ``delete``, see :mod:`hicache_conformance.raw`),
+  bypassing the backend's own I/O; supplied by the suite itself for ``memory``;
+* ``namespace_config(namespace)``: the extra-config settings that put a backend in a
+  test namespace of its own (default ``{"namespace": ns}``; the ``sglang-*`` key
+  schemes take no namespace, so a backend tested with one must isolate otherwise,
+  e.g. a private root directory or store per namespace);
+* ``child_backend_ref()``: how a child process rebuilds the backend class (default: the
+  ``backend`` string, or ``"module:Class"`` when that imports the same class; ``None``
+  skips the two-process test).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from hicache_sdk.spec import HiCacheStorage, HiCacheStorageConfig, PoolName
 from . import pools as P
 from .capabilities import missing_capabilities, test_level, test_requires, validate_waivers
 from .matrix import PoolCase, pool_cases
+from .raw import RawObjects, default_raw_objects, is_memory_backend
 from .watchdog import Watchdog
 
 __all__ = ["SuiteBase", "BackendFactory", "Attached", "NAMESPACE_PREFIX", "resolve_backend_class"]
@@ -62,9 +71,14 @@ class BackendFactory:
         build: Callable[[HiCacheStorageConfig], HiCacheStorage],
         config: Mapping[str, Any],
         namespace: str,
+        namespace_config: Callable[[str], Mapping[str, Any]] | None = None,
+        backend_ref: str | None = None,
     ) -> None:
         self._build = build
         self._config = dict(config)
+        self._namespace_config = namespace_config or (lambda ns: {"namespace": ns})
+        #: How a child process rebuilds the backend class (``None``: it cannot).
+        self.backend_ref = backend_ref
         self.namespace = namespace
         self.created: list[HiCacheStorage] = []
         self.namespaces: set[str] = {namespace}
@@ -82,7 +96,23 @@ class BackendFactory:
                 f"(starting with {NAMESPACE_PREFIX!r}); refusing namespace {ns!r}"
             )
         self.namespaces.add(ns)
-        return {**self._config, **overrides, "namespace": ns}
+        return {**self._config, **self._namespace_config(ns), **overrides}
+
+    def storage_config(
+        self,
+        *,
+        namespace: str | None = None,
+        storage_config: HiCacheStorageConfig | None = None,
+        **overrides: Any,
+    ) -> HiCacheStorageConfig:
+        """The storage config a backend of this namespace is built from (a copy)."""
+        sc = (
+            copy.copy(storage_config)
+            if storage_config is not None
+            else HiCacheStorageConfig(model_name="conformance/model")
+        )
+        sc.extra_config = self.extra_config(namespace, **overrides)
+        return sc
 
     def __call__(
         self,
@@ -91,12 +121,7 @@ class BackendFactory:
         storage_config: HiCacheStorageConfig | None = None,
         **overrides: Any,
     ) -> HiCacheStorage:
-        sc = (
-            copy.copy(storage_config)
-            if storage_config is not None
-            else HiCacheStorageConfig(model_name="conformance/model")
-        )
-        sc.extra_config = self.extra_config(namespace, **overrides)
+        sc = self.storage_config(namespace=namespace, storage_config=storage_config, **overrides)
         backend = self._build(sc)
         self.created.append(backend)
         return backend
@@ -149,7 +174,9 @@ class SuiteBase:
     #: L4: how long the same backend object gets to recover after a restart.
     recovery_s: ClassVar[float] = 20.0
     #: Hypothesis examples of the stateful test.
-    stateful_examples: ClassVar[int] = 8
+    stateful_examples: ClassVar[int] = 30
+    #: Shrink a failing stateful example (off only to prove a known fault fast).
+    stateful_shrink: ClassVar[bool] = True
 
     # -- collection-time parametrisation ---------------------------------------------
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
@@ -157,6 +184,8 @@ class SuiteBase:
             cases = pool_cases(self.matrix)
             if not self.capabilities_of().mla:
                 cases = [c for c in cases if c.kind != "mla"] or cases
+            if self.key_scheme() == "sglang-mooncake":  # Mooncake refuses MHA layer_first
+                cases = [c for c in cases if c.kind == "mla" or c.layout != "layer_first"] or cases
             metafunc.parametrize("pool_case", cases, ids=[c.id for c in cases])
 
     # -- backend description -----------------------------------------------------------
@@ -177,6 +206,40 @@ class SuiteBase:
         """Construct the way SGLang's dynamic loader does: ``cls(storage_config, {})``."""
         return self.backend_class()(storage_config, {})  # type: ignore[no-any-return]
 
+    @classmethod
+    def key_scheme(cls) -> str:
+        """The key scheme under test (``config["key_scheme"]``, default ``"default"``)."""
+        return str(cls.config.get("key_scheme", "default"))
+
+    def namespace_config(self, namespace: str) -> dict[str, Any]:
+        """Extra-config settings that isolate ``namespace``: ``{"namespace": ns}`` under
+        the default scheme; a private store under ``sglang-*`` schemes for ``memory``.
+        Any other backend tested with an ``sglang-*`` scheme must override this."""
+        if self.key_scheme() == "default":
+            return {"namespace": namespace}
+        if is_memory_backend(self.backend_class()):
+            return {"store": namespace}
+        raise pytest.UsageError(
+            f"key scheme {self.key_scheme()!r} takes no namespace: override namespace_config(ns) in "
+            f"{type(self).__name__} to isolate each test namespace (e.g. a private root or store)"
+        )
+
+    def child_backend_ref(self) -> str | None:
+        """How a child process imports the backend class: the ``backend`` string as is, or
+        ``"module:Qualname"`` when that resolves to the very same class; ``None`` when the
+        class cannot be rebuilt that way or ``build_backend`` is overridden."""
+        if type(self).build_backend is not SuiteBase.build_backend:
+            return None
+        if isinstance(self.backend, str):
+            return self.backend
+        cls = self.backend_class()
+        ref = f"{cls.__module__}:{cls.__qualname__}"
+        try:
+            same = resolve_backend_class(ref) is cls
+        except Exception:
+            same = False
+        return ref if same else None
+
     # -- fixtures ------------------------------------------------------------------------
     @pytest.fixture
     def hicache_namespace(self) -> str:
@@ -184,7 +247,13 @@ class SuiteBase:
 
     @pytest.fixture
     def backend_factory(self, hicache_namespace: str) -> Iterator[BackendFactory]:
-        factory = BackendFactory(self.build_backend, self.config, hicache_namespace)
+        factory = BackendFactory(
+            self.build_backend,
+            self.config,
+            hicache_namespace,
+            namespace_config=self.namespace_config,
+            backend_ref=self.child_backend_ref(),
+        )
         yield factory
         factory.teardown(clear=self.capabilities_of().delete)
 
@@ -193,8 +262,8 @@ class SuiteBase:
         return None
 
     @pytest.fixture
-    def raw_pages(self) -> Any:
-        return None
+    def raw_pages(self) -> RawObjects | None:
+        return default_raw_objects(self.backend_class())
 
     @pytest.fixture(autouse=True)
     def _hicache_gate(self, request: pytest.FixtureRequest) -> Iterator[None]:

@@ -23,6 +23,9 @@ BROKEN = [
     "hicache_conformance.broken.io:ReadLandsAfterDeadline",
 ]
 REFERENCE = "hicache_conformance.broken.reference:ReferenceStorage"
+#: Faults the stateful comparison with the memory reference must catch as well.
+STATEFUL = "test_matches_reference_model"
+ALSO_FAILS = {"SetRewritesExisting": STATEFUL, "GetReturnsOtherPage": STATEFUL}
 
 CLASS = """
 from {module} import {cls} as _B_{cls}
@@ -32,6 +35,7 @@ class Test_{cls}(BackendSuite):
     backend = _B_{cls}
     matrix = "minimal"
     call_deadline_s = 2.0
+    stateful_shrink = False
 
     @pytest.fixture
     def fault_hooks(self):
@@ -54,6 +58,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         module, cls = target.split(":")
         src.append(CLASS.format(module=module, cls=cls))
         names = [_fails(t) for t in BROKEN] if target == REFERENCE else [_fails(target)]
+        names += [STATEFUL] if target == REFERENCE else [ALSO_FAILS[cls]] if cls in ALSO_FAILS else []
         selectors.append(f"(Test_{cls} and ({' or '.join(names)}))")
     test_file = tmp / "test_broken_suite.py"
     test_file.write_text("\n".join(src))
@@ -98,6 +103,13 @@ def test_suite_fails_broken_backend_in_named_test(report: dict[str, Any], target
     assert got and set(got) == {"failed"}, (target, got)
 
 
+@pytest.mark.parametrize("cls", sorted(ALSO_FAILS))
+def test_stateful_comparison_catches_semantic_fault(report: dict[str, Any], cls: str) -> None:
+    """The state machine against the live memory reference finds these faults too."""
+    got = _outcomes(report, cls, ALSO_FAILS[cls])
+    assert got == ["failed"], (cls, got)
+
+
 def test_reference_passes_every_named_test(report: dict[str, Any]) -> None:
     """The correct baseline passes the same tests, so each failure is the fault's."""
     for target in BROKEN:
@@ -106,4 +118,5 @@ def test_reference_passes_every_named_test(report: dict[str, Any]) -> None:
             assert set(got) <= {"skipped"}  # the reference declares no fault injection
         else:
             assert got and set(got) == {"passed"}, (target, got)
+    assert _outcomes(report, "ReferenceStorage", STATEFUL) == ["passed"]
     assert report["ok"] is False and report["_rc"] == 1

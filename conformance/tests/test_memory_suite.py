@@ -25,3 +25,16 @@ class TestMemory(BackendSuite):
 
     def capacity_config(self, capacity_bytes: int) -> dict[str, Any]:
         return private_store_config(capacity_bytes)
+
+
+class TestMemorySGLangFile(BackendSuite):
+    """``sglang-file`` names on ``memory`` (a private store per test namespace)."""
+
+    backend = MemoryStorage
+    matrix = "minimal"
+    config = {"key_scheme": "sglang-file"}
+    stateful_examples = 3
+
+
+class TestMemorySGLangMooncake(TestMemorySGLangFile):
+    config = {"key_scheme": "sglang-mooncake"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .l0_shape import ShapeTests
 from .l1_pools import PoolTests
+from .l1_raw import RawObjectTests
 from .l1_semantics import SemanticsTests
 from .l2_l3 import ConcurrencyTests, LifecycleTests
 from .l4_faults import FaultTests
@@ -14,6 +15,7 @@ __all__ = [
     "ShapeTests",
     "SemanticsTests",
     "PoolTests",
+    "RawObjectTests",
     "LifecycleTests",
     "ConcurrencyTests",
     "FaultTests",
@@ -22,7 +24,14 @@ __all__ = [
 
 
 class BackendSuite(
-    ShapeTests, SemanticsTests, PoolTests, LifecycleTests, ConcurrencyTests, FaultTests, StatefulTests
+    ShapeTests,
+    SemanticsTests,
+    PoolTests,
+    RawObjectTests,
+    LifecycleTests,
+    ConcurrencyTests,
+    FaultTests,
+    StatefulTests,
 ):
     """Subclass as ``class TestMyBackend(BackendSuite): backend = "mine"`` (see
     :mod:`hicache_conformance.base` for what to set and override)."""

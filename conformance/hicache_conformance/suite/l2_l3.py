@@ -1,14 +1,17 @@
 """L2 lifecycle (persistence, capacity bound, scoped clear) and L3 concurrency
-(threads on overlapping keys: no torn page, no lost write)."""
+(threads on overlapping keys: no torn page, no lost write; two processes on one store)."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
+import pytest
+
 from .. import pools as P
 from ..base import BackendFactory, SuiteBase
 from ..capabilities import level, requires
+from ..child import ChildJob, digest, run_child
 from ..matrix import PoolCase
 
 
@@ -108,3 +111,39 @@ class ConcurrencyTests(SuiteBase):
         lost = [k for k in sorted(written) if self.read(att, [k], 250) != [expected[k]]]
         if not self.capabilities_of().eviction:
             assert not lost, f"{len(lost)} acknowledged writes lost"
+
+    @level(3)
+    @requires("shared_across_processes")
+    def test_two_processes_share_one_store(self, backend_factory: BackendFactory) -> None:
+        """A child process built from the same backend reference and config reads the
+        parent's pages byte-exact, and the parent reads the child's."""
+        if backend_factory.backend_ref is None:
+            pytest.skip(
+                "the backend class cannot be rebuilt in a child process "
+                "(set backend to a name or 'module:Class', or override child_backend_ref)"
+            )
+        case = PoolCase()
+        sc = self.storage_config_for(case)
+        att = self.attach(backend_factory(storage_config=sc), case)
+        ns = backend_factory.namespace
+        mine, theirs = self.keys(ns, "parent", 3), self.keys(ns, "child", 3)
+        ok, data = self.write(att, mine, 0)
+        assert ok == [True] * 3
+        job = ChildJob(
+            backend=backend_factory.backend_ref,
+            storage_config=backend_factory.storage_config(storage_config=sc),
+            case=case,
+            zero_copy=self.capabilities_of().zero_copy,
+            read=tuple(mine),
+            write=tuple(theirs),
+        )
+        result = run_child(job, timeout=max(10.0, self.test_timeout_s / 2))
+        assert result["read"] == [digest(d) for d in data], (
+            "the child did not read the parent's pages exactly"
+        )
+        assert result["write"] == [True] * 3, f"the child's writes failed: {result['write']}"
+        nbytes = len(P._as_bytes(att.kv.get_dummy_flat_data_page()))
+        got = self.read(att, theirs, 10)
+        assert got == [P.pattern(k, nbytes) for k in theirs], (
+            "the parent did not read the child's pages exactly"
+        )
