@@ -12,9 +12,6 @@ import tempfile
 from typing import Any
 
 import pytest
-
-pytest.importorskip("hicache_conformance")
-
 from hicache_backend_file import FileStorage
 from hicache_conformance import BackendSuite
 from hicache_conformance.raw import DirectoryRawObjects
