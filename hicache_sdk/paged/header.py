@@ -48,6 +48,7 @@ __all__ = [
     "FORMAT_VERSION",
     "HEADER_SIZE",
     "MAGIC",
+    "PAGE_DIGEST_AT",
     "TRAILER_SIZE",
     "HeaderError",
     "PageHeader",
@@ -64,6 +65,8 @@ _KNOWN_FLAGS = FLAG_CHECKSUM
 
 _STRUCT = struct.Struct("<4sHHIIQ32s32sII")
 assert _STRUCT.size == HEADER_SIZE
+#: Offset of the 32-byte page digest inside the record (vectorised checks compare it).
+PAGE_DIGEST_AT = 56
 
 
 class HeaderError(ValueError):

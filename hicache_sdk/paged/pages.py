@@ -34,7 +34,7 @@ import numpy as np
 
 from ..resilience.metrics import Metrics
 from ..transport import SIZE_UNKNOWN, Segment, Transport, TransportError
-from .header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
+from .header import PAGE_DIGEST_AT, TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
 
 __all__ = ["ObjectEngine", "ObjectIO", "coalesce"]
 
@@ -77,6 +77,26 @@ class ObjectIO:
 
 def _addr(buf: np.ndarray) -> int:
     return int(buf.ctypes.data)
+
+
+def _plain_records(objects: Sequence[ObjectIO], scratch: np.ndarray) -> list[bool] | None:
+    """Vectorised trailer check of a batch of header objects whose trailers lie in order
+    in ``scratch``: ``True`` where the record is byte-for-byte the one a checksum-free
+    write of that object produces (so it validates), ``False`` where it must go through
+    :meth:`PageHeader.decode` (another page, a checksum, corruption). ``None`` when the
+    objects do not share one identity and payload length (then check one by one)."""
+    first = objects[0]
+    ident, plen = first.identity, first.payload_len
+    if ident is None or any(o.identity != ident or o.payload_len != plen for o in objects):
+        return None
+    n = len(objects)
+    template = np.frombuffer(PageHeader(ident, bytes(32), plen).encode(), dtype=np.uint8)
+    want = np.tile(template, (n, 1))
+    want[:, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32] = np.frombuffer(
+        b"".join(o.page or bytes(32) for o in objects), dtype=np.uint8
+    ).reshape(n, 32)
+    same: list[bool] = (scratch[: n * TRAILER_SIZE].reshape(n, TRAILER_SIZE) == want).all(axis=1).tolist()
+    return same
 
 
 class ObjectEngine:
@@ -196,8 +216,9 @@ class ObjectEngine:
             self._failed("read", e)
             return [False] * n
         bad: list[str] = []
+        plain = _plain_records(objects, scratch) if n_hdr == n and all(st is None for st in stages) else None
         for i, o in enumerate(objects):
-            if not ok[i]:
+            if not ok[i] or (plain is not None and plain[i]):
                 continue
             staged = stages[i]
             if o.has_header:

@@ -37,7 +37,10 @@ class Call(Generic[T]):
     def __init__(self, fn: Callable[[], T], on_late: Callable[[Call[T]], None] | None) -> None:
         self._fn = fn
         self._lock = threading.Lock()
-        self._done = threading.Event()
+        # "done" is a lock held from creation until the call ends: a C-level handoff,
+        # cheaper than an Event (whose wait builds a Condition and a lock per waiter).
+        self._done = threading.Lock()
+        self._done.acquire()
         self.on_late = on_late
         self.result: T | None = None
         self.error: BaseException | None = None
@@ -47,7 +50,13 @@ class Call(Generic[T]):
 
     def wait_done(self, timeout: float | None = None) -> bool:
         """Wait for the call to end (regardless of abandonment); True when it has."""
-        return self._done.wait(timeout)
+        return self._wait(timeout)
+
+    def _wait(self, timeout: float | None) -> bool:
+        if self._done.acquire(True, -1 if timeout is None else max(timeout, 0.0)):
+            self._done.release()  # let every other waiter through too
+            return True
+        return False
 
 
 class DeadlineRunner:
@@ -117,7 +126,7 @@ class DeadlineRunner:
         """Wait up to ``timeout`` seconds. True: the call ended in time and its
         ``result``/``error`` are the caller's. False: the call is now abandoned and its
         ``on_late`` hook will run when it ends."""
-        if call._done.wait(max(timeout, 0.0)):
+        if call._wait(timeout):
             return True
         with call._lock:
             if call.finished:
@@ -154,7 +163,7 @@ class DeadlineRunner:
         with call._lock:
             call.finished = True
             late = call.abandoned
-        call._done.set()
+        call._done.release()
         n = -1
         if late:
             try:

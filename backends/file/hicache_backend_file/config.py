@@ -77,7 +77,10 @@ class FileConfig(BackendConfig):
       ``SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR``, then ``file_storage_path``, then
       ``/tmp/hicache`` (SGLang's order).
     * ``file_storage_path`` [None]: SGLang's key for the directory (ignored when ``root`` is set).
-    * ``io_threads`` [4]: workers that run one batch's file I/O in parallel (1 = inline).
+    * ``io_threads`` [4]: workers that run one batch's writes in parallel (1 = inline).
+    * ``cold_read_threads`` [8]: threads that read the pages of a batch the page cache
+      does not hold (device queue depth matters for cold reads); pages the page cache
+      holds are read in the calling thread.
     * ``max_bytes`` [0]: byte limit of all pages under the root (0 = unbounded), enforced
       with LRU eviction across every process sharing the directory.
     * ``max_size`` [""]: SGLang's human-readable form of the same limit (``"200G"``,
@@ -110,6 +113,7 @@ class FileConfig(BackendConfig):
     root: str | None = None
     file_storage_path: str | None = None
     io_threads: int = 4
+    cold_read_threads: int = 8
     max_bytes: int = 0
     max_size: str = field(default="", metadata={"env": "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"})
     eviction_ratio: float = field(default=0.9, metadata={"env": "SGLANG_HICACHE_FILE_BACKEND_EVICTION_RATIO"})
@@ -133,6 +137,8 @@ class FileConfig(BackendConfig):
         super().__post_init__()
         if self.io_threads < 1:
             raise ValueError(f"io_threads must be >= 1, got {self.io_threads!r}")
+        if self.cold_read_threads < 1:
+            raise ValueError(f"cold_read_threads must be >= 1, got {self.cold_read_threads!r}")
         if self.max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {self.max_bytes!r}")
         parse_size(self.max_size, "max_size")

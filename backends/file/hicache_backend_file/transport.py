@@ -22,6 +22,7 @@ found by ``read`` is removed and counted as ``removed_wrong_size``).
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import mmap
 import os
@@ -48,6 +49,7 @@ from .vio import (
     preadv_exact,
     preadv_nowait,
     pwritev_all,
+    segment_arrays,
     segment_views,
     total_bytes,
 )
@@ -58,7 +60,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-_DIRECT_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_DIRECT", 0)
+_O_DIRECT: int = getattr(os, "O_DIRECT", 0)
+_RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
+_MAX_HELD_FDS = 256  # descriptors pass 1 keeps open for pass 2; beyond, pass 2 reopens
 _BOUNCE_MAX = 64 * 1024  # largest unaligned tail read through the O_DIRECT bounce buffer
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _REASONS = {
@@ -70,6 +74,8 @@ _REASONS = {
     errno.EACCES: "permission",
     errno.EPERM: "permission",
     errno.ELOOP: "not_regular",
+    errno.EISDIR: "not_regular",
+    errno.ESPIPE: "not_regular",
 }
 
 
@@ -99,6 +105,7 @@ class FileTransport(Transport):
         self._errors: dict[str, int] = {}
         self._direct = bool(config.direct_io) and hasattr(os, "O_DIRECT")
         self._direct_bytes = 0
+        self._nowait = _RWF_NOWAIT != 0  # RWF_NOWAIT works here (cleared at the first refusal)
         umask = process_umask()
         self._chmod_files = umask is None or bool(config.file_mode & umask)
         self._chmod_dirs = umask is None or bool(config.dir_mode & umask)
@@ -118,6 +125,13 @@ class FileTransport(Transport):
             if config.io_threads > 1
             else None
         )
+        self._cold_pool = (
+            ThreadPoolExecutor(config.cold_read_threads - 1, thread_name_prefix="hicache-file-cold")
+            if config.cold_read_threads > 1
+            else None
+        )
+        self._sink = memoryview(bytearray(1))  # the extra byte of a warm read (too-long check)
+        self._tls = threading.local()
         self._cleanup: Future[int] | None = None
         if self._pool is not None:
             self._cleanup = self._pool.submit(remove_stale_temps, self.root, config.stale_temp_s)
@@ -208,14 +222,23 @@ class FileTransport(Transport):
 
     # ------------------------------------------------------------------ read
 
+    def _open_failed(self, name: str, e: OSError) -> None:
+        self._count(_reason(e))
+        if self.metadata_cache is not None:
+            self.metadata_cache.remove(name)
+
     def _read_one(self, name: str, segs: Segments) -> bool:
+        """Open and read one object from scratch (the cold path's fallback)."""
         try:
             fd = os.open(name, _READ_FLAGS, dir_fd=self._root_fd)
         except OSError as e:
-            self._count(_reason(e))
-            if self.metadata_cache is not None:
-                self.metadata_cache.remove(name)
+            self._open_failed(name, e)
             return False
+        return self._finish_read(name, segs, fd, None)
+
+    def _finish_read(self, name: str, segs: Segments, fd: int, got: int | None) -> bool:
+        """Complete the read of ``name`` from its open descriptor ``fd`` (always closed
+        here); ``got`` bytes from offset 0 already arrived (``None``: nothing was tried)."""
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -225,7 +248,7 @@ class FileTransport(Transport):
                 self._count("size_mismatch")
                 self._remove_if_same(name, st)
                 return False
-            if not self._fill(fd, name, st, segs):
+            if not self._fill(fd, st.st_size, segs, got):
                 self._count("size_mismatch")
                 return False
             if self.ledger is not None:
@@ -237,46 +260,63 @@ class FileTransport(Transport):
         finally:
             os.close(fd)
 
-    def _fill(self, fd: int, name: str, st: os.stat_result, segs: Segments) -> bool:
-        """Read the whole file (``fd``, stat ``st``) into ``segs``; ``False`` on a short file.
+    def _fill(self, fd: int, total: int, segs: Segments, got: int | None) -> bool:
+        """Read the rest of a ``total``-byte regular file into ``segs`` (``got`` bytes from
+        offset 0 are there already; ``None``: probe the page cache first). ``False`` on a
+        short file.
 
-        With ``direct_io``: first take what the page cache holds (``RWF_NOWAIT``, never
-        waits for the device); when that is not everything, read the 4 KiB-aligned
-        leading segments with ``O_DIRECT`` from a second descriptor of the same file
-        (checked by inode; no page-cache copy, the device DMAs into the caller's memory)
-        and the rest (e.g. the SDK trailer, unaligned memory) buffered."""
+        With ``direct_io``: when the page cache did not hold everything, the
+        4 KiB-aligned leading segments are read with ``O_DIRECT`` (switched on for this
+        descriptor with ``fcntl``: no page-cache copy, the device DMAs into the caller's
+        memory) and an unaligned tail (the SDK trailer) joins that read through an
+        aligned bounce buffer; everything else is read buffered."""
         views = segment_views(segs)
-        if not self._direct:
-            return preadv_exact(fd, views)
-        total = st.st_size
-        got = preadv_nowait(fd, views)
-        if got == total:
-            return True
-        if got < 0:  # RWF_NOWAIT unsupported here: plain buffered reads from now on
-            self._direct = False
-            return preadv_exact(fd, views)
-        count, nbytes = aligned_prefix(segs)
-        if nbytes > got:
-            rest = total - nbytes
-            if 0 < rest <= _BOUNCE_MAX:
-                # The unaligned tail (the SDK trailer) joins the O_DIRECT read through an
-                # aligned bounce buffer: one device round trip per page, not two.
-                bounce = mmap.mmap(-1, -(-rest // DIO_ALIGN) * DIO_ALIGN)
+        if got is None:
+            got = preadv_nowait(fd, views) if self._nowait else 0
+            if got == total:
+                return True
+            if got < 0:  # RWF_NOWAIT unsupported here
+                self._nowait = False
+                got = 0
+        if self._direct:
+            count, nbytes = aligned_prefix(segs)
+            if nbytes > got and self._set_direct(fd, True):
                 try:
-                    if self._read_direct(name, st, [*views[:count], memoryview(bounce)], total):
+                    rest = total - nbytes
+                    if 0 < rest <= _BOUNCE_MAX:
+                        bounce = self._bounce()
+                        size = -(-rest // DIO_ALIGN) * DIO_ALIGN
+                        if self._read_direct(fd, [*views[:count], bounce[:size]], total):
+                            self._counts_direct(nbytes)
+                            pos = 0
+                            for v in advance(views, nbytes):
+                                v[:] = bounce[pos : pos + v.nbytes]
+                                pos += v.nbytes
+                            return True
+                    elif self._read_direct(fd, views[:count], nbytes):
                         self._counts_direct(nbytes)
-                        tail = advance(views, nbytes)
-                        pos = 0
-                        for v in tail:
-                            v[:] = bounce[pos : pos + v.nbytes]
-                            pos += v.nbytes
-                        return True
+                        got = nbytes
                 finally:
-                    bounce.close()
-            elif self._read_direct(name, st, views[:count], nbytes):
-                self._counts_direct(nbytes)
-                return preadv_exact(fd, advance(views, nbytes), nbytes)
+                    self._set_direct(fd, False)
         return preadv_exact(fd, advance(views, got), got)
+
+    def _bounce(self) -> memoryview:
+        """This thread's 4 KiB-aligned bounce buffer for unaligned O_DIRECT tails."""
+        buf: memoryview | None = getattr(self._tls, "bounce", None)
+        if buf is None:
+            buf = self._tls.bounce = memoryview(mmap.mmap(-1, _BOUNCE_MAX))
+        return buf
+
+    def _set_direct(self, fd: int, on: bool) -> bool:
+        """Switch ``O_DIRECT`` on ``fd`` on or off (off also clears ``O_NONBLOCK``: the
+        descriptor is known to be a regular file by now). ``False`` when the file system
+        refuses ``O_DIRECT`` (then it is not tried again)."""
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETFL, _O_DIRECT if on else 0)
+        except OSError:
+            self._direct = False
+            return False
+        return True
 
     def _counts_direct(self, nbytes: int) -> None:
         with self._lock:
@@ -287,36 +327,24 @@ class FileTransport(Transport):
         with self._lock:
             return self._direct_bytes
 
-    def _read_direct(self, name: str, st: os.stat_result, views: list[memoryview], need: int) -> bool:
-        """``O_DIRECT`` read of aligned ``views`` from offset 0 of the file that ``st``
-        describes, until at least ``need`` bytes arrived (the last view may reach past the
-        end of the file). ``False`` (nothing certain was read; the caller reads buffered)
-        when the name now holds another file, the file system refuses ``O_DIRECT`` (then
-        it is not tried again) or the file ends before ``need``."""
+    def _read_direct(self, fd: int, views: list[memoryview], need: int) -> bool:
+        """``O_DIRECT`` read (``fd`` has the flag) of aligned ``views`` from offset 0 until
+        at least ``need`` bytes arrived (the last view may reach past the end of the
+        file). ``False`` (the caller reads buffered) on an error or an early end; an
+        ``EINVAL`` (alignment refused) also turns ``O_DIRECT`` off for good."""
+        done = 0
         try:
-            dfd = os.open(name, _DIRECT_FLAGS, dir_fd=self._root_fd)
-        except OSError as e:
-            if e.errno == errno.EINVAL:  # no O_DIRECT on this file system (tmpfs)
-                self._direct = False
-            return False
-        try:
-            dst = os.fstat(dfd)
-            if (dst.st_ino, dst.st_dev) != (st.st_ino, st.st_dev):
-                return False
-            done = 0
             while done < need:
-                n = os.preadv(dfd, views[:IOV_MAX], done)
+                n = os.preadv(fd, views[:IOV_MAX], done)
                 if n <= 0:
                     return False
                 done += n
                 views = advance(views, n)
-            return True
         except OSError as e:
             if e.errno == errno.EINVAL:
                 self._direct = False
             return False
-        finally:
-            os.close(dfd)
+        return True
 
     def _remove_if_same(self, name: str, st: os.stat_result) -> None:
         """Delete a page of the wrong size (truncated, torn or foreign), unless the name
@@ -339,14 +367,119 @@ class FileTransport(Transport):
 
         Every page of a name has one size (the key scheme encodes the geometry), so a file
         of another size is truncated, torn or foreign: it is removed (as the adapter's
-        ``exists`` does), unless a concurrent writer replaced it meanwhile."""
+        ``exists`` does), unless a concurrent writer replaced it meanwhile.
+
+        Two passes. Pass 1, in the calling thread: ``open`` and one ``preadv(...,
+        RWF_NOWAIT)`` of payload, trailer and one extra byte into a sink -- a page the
+        page cache holds whole is done (no ``fstat``: a file too long fills the extra
+        byte, one too short reads short; a page-multiple size whose extra byte may not be
+        cached is checked with ``fstat``). Pass 2, on ``cold_read_threads``: the rest
+        (``fstat`` checks, then ``O_DIRECT`` / buffered reads on the same descriptor)."""
         if len(keys) != len(buffers):
             raise ValueError(f"buffers: expected {len(keys)} entries, got {len(buffers)}")
         check_names(keys)
         check_segments(buffers)
+        n = len(keys)
         if self._closed:
-            return [False] * len(keys)
-        return self._parallel(len(keys), lambda i: self._read_one(keys[i], buffers[i]))
+            return [False] * n
+        out = [False] * n
+        cold: list[tuple[int, int, int | None]] = []  # (index, open fd or -1, bytes read)
+        try:
+            self._read_warm(keys, buffers, out, cold)
+        finally:
+            if cold:
+                self._read_cold(keys, buffers, cold, out)
+        return out
+
+    def _read_warm(
+        self,
+        keys: Sequence[str],
+        buffers: Sequence[Segments],
+        out: list[bool],
+        cold: list[tuple[int, int, int | None]],
+    ) -> None:
+        """Pass 1 of :meth:`read` (see there); appends what it could not finish to ``cold``."""
+        root, flags, sink = self._root_fd, _READ_FLAGS, self._sink
+        probe = self._nowait
+        cold_seen = False
+        touch = self.ledger is not None
+        for i, name in enumerate(keys):
+            segs = buffers[i]
+            try:
+                fd = os.open(name, flags, dir_fd=root)
+            except OSError as e:
+                self._open_failed(name, e)
+                continue
+            held = False
+            try:
+                arrays, total = segment_arrays(segs)
+                if not probe or len(arrays) >= IOV_MAX:
+                    if len(cold) < _MAX_HELD_FDS:
+                        cold.append((i, fd, 0 if cold_seen else None))
+                        held = True
+                    else:
+                        cold.append((i, -1, None))
+                    continue
+                try:
+                    got = os.preadv(fd, [*arrays, sink], 0, _RWF_NOWAIT)
+                except BlockingIOError:
+                    got = 0
+                if got == total and (total & (DIO_ALIGN - 1) or os.fstat(fd).st_size == total):
+                    if touch:
+                        os.utime(fd)
+                    out[i] = True
+                elif got > total:  # too long (or not a file): the checks of pass 2 decide
+                    held = True  # _finish_read closes it
+                    out[i] = self._finish_read(name, segs, fd, 0)
+                else:
+                    # A probe of an uncached file starts the kernel's readahead (up to
+                    # read_ahead_kb), which the O_DIRECT read would then duplicate: after
+                    # the first cold page, the rest of the batch goes to pass 2 unprobed.
+                    probe, cold_seen = False, True
+                    if len(cold) < _MAX_HELD_FDS:
+                        cold.append((i, fd, min(got, total)))
+                        held = True
+                    else:
+                        cold.append((i, -1, None))
+            except OSError as e:
+                if e.errno in (errno.EOPNOTSUPP, errno.EINVAL) and not held:
+                    probe = self._nowait = False  # no RWF_NOWAIT here: pass 2 reads it all
+                    cold.append((i, fd, None))
+                    held = True
+                else:
+                    self._count(_reason(e))
+            finally:
+                if not held:
+                    os.close(fd)
+
+    def _read_cold(
+        self,
+        keys: Sequence[str],
+        buffers: Sequence[Segments],
+        cold: list[tuple[int, int, int | None]],
+        out: list[bool],
+    ) -> None:
+        """Pass 2 of :meth:`read`: finish ``cold`` on up to ``cold_read_threads`` threads
+        (the caller is one), each taking the next page when done with one."""
+        items = iter(cold)
+
+        def work() -> None:
+            for i, fd, got in items:  # a list iterator hands each item out once
+                if fd < 0:
+                    out[i] = self._read_one(keys[i], buffers[i])
+                else:
+                    out[i] = self._finish_read(keys[i], buffers[i], fd, got)
+
+        helpers = min(len(cold) - 1, self.config.cold_read_threads - 1)
+        futures = [self._cold_pool.submit(work) for _ in range(helpers)] if self._cold_pool else []
+        try:
+            work()
+        finally:
+            for f in futures:
+                f.exception()
+            for _, fd, _ in items:  # only after an unexpected error: never leak a descriptor
+                if fd >= 0:
+                    os.close(fd)
 
     # ------------------------------------------------------------------ write
 
@@ -552,8 +685,9 @@ class FileTransport(Transport):
             if self._closed:
                 return
             self._closed = True
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        for pool in (self._pool, self._cold_pool):
+            if pool is not None:
+                pool.shutdown(wait=True)
         if self.ledger is not None:
             self.ledger.close()
         os.close(self._root_fd)

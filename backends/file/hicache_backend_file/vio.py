@@ -21,6 +21,7 @@ __all__ = [
     "advance",
     "aligned_prefix",
     "check_segments",
+    "segment_arrays",
     "segment_views",
     "preadv_exact",
     "preadv_nowait",
@@ -56,6 +57,29 @@ def segment_views(segments: Segments) -> list[memoryview]:
         if n:
             out.append(memoryview((ctypes.c_char * n).from_address(addr)).cast("B"))
     return out
+
+
+_ARRAY_TYPES: dict[int, type[ctypes.Array[ctypes.c_char]]] = {}
+
+
+def segment_arrays(segments: Segments) -> tuple[list[ctypes.Array[ctypes.c_char]], int]:
+    """``(buffers, total)``: a ctypes byte array over each non-empty segment (the cheapest
+    writable buffer ``os.preadv`` accepts; array types are cached per length) and the
+    segments' byte total. The arrays alias the caller's memory: they must not outlive
+    the call."""
+    out: list[ctypes.Array[ctypes.c_char]] = []
+    total = 0
+    types = _ARRAY_TYPES
+    for addr, n in segments:
+        if n:
+            t = types.get(n)
+            if t is None:
+                if len(types) > 4096:  # many odd lengths: keep the cache bounded
+                    types.clear()
+                t = types[n] = ctypes.c_char * n
+            out.append(t.from_address(addr))
+            total += n
+    return out, total
 
 
 def advance(views: list[memoryview], done: int) -> list[memoryview]:
