@@ -95,7 +95,8 @@ def bench_page(args: argparse.Namespace, page_kib: int) -> list[Any]:
         torch.randint(0, 256, pool.kv_buffer.view(torch.uint8).shape, dtype=torch.uint8)
     )
     idx = torch.arange(n * TOKENS, dtype=torch.int64)
-    keys = [hashlib.sha256(f"{page_kib}-{i}".encode()).hexdigest() for i in range(n)]
+    # sorted: ours and the raw loop (sorted paths) then visit the files in the same order
+    keys = sorted(hashlib.sha256(f"{page_kib}-{i}".encode()).hexdigest() for i in range(n))
     root = os.path.join(args.root, f"p{page_kib}")
     shutil.rmtree(root, ignore_errors=True)
     s = storage(root, pool)
