@@ -297,13 +297,8 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         return self.batch_exists([key]) == 1
 
     def _page_objects_nomem(self, state: PoolState, keys: Sequence[str]) -> tuple[list[ObjectIO], list[int]]:
-        objs: list[ObjectIO] = []
-        owners: list[int] = []
-        for i, key in enumerate(keys):
-            page_objs = state.objects(self.scheme, key, ())
-            objs.extend(page_objs)
-            owners.extend([i] * len(page_objs))
-        return objs, owners
+        """The objects of these pages with no memory attached (for existence / delete)."""
+        return self._flat_batch(state, keys, [()] * len(keys))
 
     def batch_exists_v2(
         self,

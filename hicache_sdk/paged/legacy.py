@@ -86,8 +86,18 @@ class LegacyPathMixin:
         def _fold(n: int, owners: Sequence[int], ok: Sequence[bool]) -> list[bool]: ...
         def _record(self, op: str, state: PoolState, results: Sequence[bool], t0: float) -> None: ...
 
-    def _flat_objects(self, kv: PoolState, key: str, mem: Sequence[Segment]) -> list[ObjectIO]:
-        return kv.objects(self.scheme, key, mem)
+    def _flat_batch(
+        self, kv: PoolState, keys: Sequence[str], mems: Sequence[Sequence[Segment]]
+    ) -> tuple[list[ObjectIO], list[int]]:
+        """The objects of page ``keys[i]`` over flat page memory ``mems[i]``, and for
+        each object the index of the key it belongs to."""
+        objs: list[ObjectIO] = []
+        owners: list[int] = []
+        for i, key in enumerate(keys):
+            page_objs = kv.objects(self.scheme, key, mems[i])
+            objs.extend(page_objs)
+            owners.extend([i] * len(page_objs))
+        return objs, owners
 
     def batch_get(
         self,
@@ -111,12 +121,7 @@ class LegacyPathMixin:
             if t is None:
                 targets[i] = t = new_flat_page(kv)
             mems.append(flat_page_memory(kv, t, f"target_locations[{i}]"))
-        objs: list[ObjectIO] = []
-        owners: list[int] = []
-        for i, key in enumerate(keys):
-            page_objs = self._flat_objects(kv, key, mems[i])
-            objs.extend(page_objs)
-            owners.extend([i] * len(page_objs))
+        objs, owners = self._flat_batch(kv, keys, mems)
         t0 = time.perf_counter()
         results = self._fold(len(keys), owners, self._read(objs))
         self._record("get", kv, results, t0)
@@ -155,12 +160,7 @@ class LegacyPathMixin:
         mems = [flat_page_memory(kv, v, f"values[{i}]") for i, v in enumerate(values)]
         if not self._may_write(kv):
             return True
-        objs: list[ObjectIO] = []
-        owners: list[int] = []
-        for i, key in enumerate(keys):
-            page_objs = self._flat_objects(kv, key, mems[i])
-            objs.extend(page_objs)
-            owners.extend([i] * len(page_objs))
+        objs, owners = self._flat_batch(kv, keys, mems)
         t0 = time.perf_counter()
         results = self._fold(len(keys), owners, self._write(objs))
         self._record("set", kv, results, t0)
