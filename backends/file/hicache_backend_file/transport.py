@@ -63,6 +63,7 @@ _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 _RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
 _MAX_HELD_FDS = 256  # descriptors pass 1 keeps open for pass 2; beyond, pass 2 reopens
+_SPLIT_WARM_AT = 16  # batches this large run pass 1 on two threads
 _BOUNCE_MAX = 64 * 1024  # largest unaligned tail read through the O_DIRECT bounce buffer
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _REASONS = {
@@ -130,7 +131,6 @@ class FileTransport(Transport):
             if config.cold_read_threads > 1
             else None
         )
-        self._sink = memoryview(bytearray(1))  # the extra byte of a warm read (too-long check)
         self._tls = threading.local()
         self._cleanup: Future[int] | None = None
         if self._pool is not None:
@@ -385,7 +385,20 @@ class FileTransport(Transport):
         out = [False] * n
         cold: list[tuple[int, int, int | None]] = []  # (index, open fd or -1, bytes read)
         try:
-            self._read_warm(keys, buffers, out, cold)
+            half = n // 2 if n >= _SPLIT_WARM_AT and self._cold_pool is not None else n
+            if half < n:
+                # Two threads on pass 1: one thread's Python work per page hides behind the
+                # other's page-cache copy (preadv releases the GIL).
+                assert self._cold_pool is not None
+                other: list[tuple[int, int, int | None]] = []
+                fut = self._cold_pool.submit(self._read_warm, keys, buffers, out, other, half, n)
+                try:
+                    self._read_warm(keys, buffers, out, cold, 0, half)
+                finally:
+                    fut.result()
+                    cold.extend(other)
+            else:
+                self._read_warm(keys, buffers, out, cold, 0, n)
         finally:
             if cold:
                 self._read_cold(keys, buffers, cold, out)
@@ -397,14 +410,17 @@ class FileTransport(Transport):
         buffers: Sequence[Segments],
         out: list[bool],
         cold: list[tuple[int, int, int | None]],
+        lo: int,
+        hi: int,
     ) -> None:
-        """Pass 1 of :meth:`read` (see there); appends what it could not finish to ``cold``."""
-        root, flags, sink = self._root_fd, _READ_FLAGS, self._sink
+        """Pass 1 of :meth:`read` (see there) over objects ``lo..hi-1``; appends what it
+        could not finish to ``cold``."""
+        root, flags, sink = self._root_fd, _READ_FLAGS, bytearray(1)
         probe = self._nowait
         cold_seen = False
         touch = self.ledger is not None
-        for i, name in enumerate(keys):
-            segs = buffers[i]
+        for i in range(lo, hi):
+            name, segs = keys[i], buffers[i]
             try:
                 fd = os.open(name, flags, dir_fd=root)
             except OSError as e:

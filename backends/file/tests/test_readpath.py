@@ -110,3 +110,34 @@ def test_cold_read_threads_validated() -> None:
     assert FileConfig().cold_read_threads == 8
     with pytest.raises(ValueError, match="cold_read_threads"):
         FileConfig(cold_read_threads=0)
+
+
+@pytest.mark.parametrize("cold_threads", [1, 8])
+def test_large_batch_split_over_two_threads_matches_single_pass(
+    make_transport: Make, root: Path, cold_threads: int
+) -> None:
+    """A batch of at least ``_SPLIT_WARM_AT`` objects runs pass 1 on two threads (with a
+    cold pool) or on one (without): the same answers, bytes and removals either way, with
+    misses, wrong sizes and cold pages in both halves."""
+    t = make_transport(cold_read_threads=cold_threads)
+    n = 2 * transport._SPLIT_WARM_AT + 6
+    names = [f"p{i:03d}" for i in range(n)]
+    pages = [pattern(100 + i, 8192) for i in range(n)]
+    assert t.write(names, [segs(p) for p in pages]) == [True] * n
+    missing = {1, n - 2}
+    wrong = {3, n - 4}
+    cold = {5, n - 6, n - 1}
+    for i in missing:
+        os.unlink(root / names[i])
+    for i in wrong:
+        os.truncate(root / names[i], 8000)
+    for i in range(n):
+        if i not in missing and i not in wrong:
+            (_evict if i in cold else Path.read_bytes)(root / names[i])
+    outs = [np.zeros(8192, np.uint8) for _ in range(n)]
+    got = t.read(names, [segs(o, parts=2) for o in outs])
+    assert got == [i not in missing and i not in wrong for i in range(n)]
+    for i in range(n):
+        if got[i]:
+            assert np.array_equal(outs[i], pages[i]), i
+    assert not any((root / names[i]).exists() for i in wrong)
