@@ -18,7 +18,8 @@ class Capabilities:
     * ``persistent``: pages survive re-instantiation of the backend object.
     * ``shared_across_processes``: two processes with one config see each other's pages.
     * ``ttl``: pages expire after a configured time.
-    * ``capacity_bound``: a configured byte bound is enforced (with eviction).
+    * ``capacity_bound``: a configured byte bound is enforced (with eviction); the suite
+      configures one through the test class's ``capacity_config``.
     * ``eviction``: pages may disappear to make room (the stateful test allows it).
     * ``delete``: ``clear()`` removes this backend's namespace.
     * ``health``: the transport has a real liveness probe.

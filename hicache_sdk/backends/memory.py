@@ -195,5 +195,10 @@ class MemoryStorage(PagedStorage):
     capabilities: ClassVar[Capabilities] = MemoryTransport.capabilities
     backend_name: ClassVar[str] = "memory"
 
+    @classmethod
+    def capacity_config(cls, capacity_bytes: int) -> dict[str, Any]:
+        """``{"capacity_bytes": n}``: LRU eviction above ``n`` stored bytes."""
+        return {"capacity_bytes": capacity_bytes}
+
     def create_transport(self, config: Any) -> Transport:
         return MemoryTransport(store=config.store, capacity_bytes=config.capacity_bytes)

@@ -447,6 +447,13 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         return self._v2_run("set_v2", plans, skip, write=True)
 
     # -- admin ----------------------------------------------------------------------------------
+    @classmethod
+    def capacity_config(cls, capacity_bytes: int) -> dict[str, Any]:
+        """The config keys that bound this backend's stored bytes to ``capacity_bytes``
+        (for backends that declare ``capacity_bound``; the conformance suite uses it).
+        The default raises ``NotImplementedError``."""
+        raise NotImplementedError(f"{cls.__name__} has no byte capacity setting")
+
     def batch_delete(self, keys: List[str]) -> None:
         """Remove the KV objects of these pages (an SDK extension, not in SGLang's ABC;
         ``hicache ping`` uses it to clean up). Missing pages are ignored; I/O errors are

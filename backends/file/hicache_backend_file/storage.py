@@ -22,8 +22,9 @@ __all__ = ["FileStorage"]
 
 class FileStorage(PagedStorage):
     """Pages as files under a local directory (SGLang HiCacheFile compatible with
-    ``key_scheme="sglang-file"``). ``capacity_bound``/``eviction`` are declared off
-    because they hold only when a byte limit is configured."""
+    ``key_scheme="sglang-file"``). ``capacity_bound`` is declared: a configured byte limit
+    (``max_bytes``) is enforced with LRU eviction across processes; ``eviction`` is not,
+    since without a limit nothing is ever evicted."""
 
     config_cls: ClassVar[type[BackendConfig]] = FileConfig
     capabilities: ClassVar[Capabilities] = FileTransport.capabilities
@@ -31,6 +32,12 @@ class FileStorage(PagedStorage):
 
     def create_transport(self, config: Any) -> Transport:
         return FileTransport(config)
+
+    @classmethod
+    def capacity_config(cls, capacity_bytes: int) -> dict[str, Any]:
+        """``{"max_bytes": n}``: a byte limit on the page files under the root, shared by
+        every process using that root."""
+        return {"max_bytes": capacity_bytes}
 
     @property
     def root(self) -> str:

@@ -92,8 +92,15 @@ class FileTransport(Transport):
     for an unsafe or unusable root.
     """
 
+    # capacity_bound: a configured byte limit (max_bytes / max_size) is enforced with LRU
+    # eviction; without one nothing is ever evicted, so `eviction` stays undeclared.
     capabilities: ClassVar[Capabilities] = Capabilities(
-        persistent=True, shared_across_processes=True, delete=True, health=True, scatter_gather=True
+        persistent=True,
+        shared_across_processes=True,
+        capacity_bound=True,
+        delete=True,
+        health=True,
+        scatter_gather=True,
     )
 
     def __init__(self, config: FileConfig | None = None, *, environ: Mapping[str, str] | None = None) -> None:

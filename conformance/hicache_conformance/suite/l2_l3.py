@@ -16,8 +16,14 @@ from ..matrix import PoolCase
 
 
 class LifecycleTests(SuiteBase):
-    #: Extra-config overrides that set a byte capacity bound (``capacity_bound`` backends).
     def capacity_config(self, capacity_bytes: int) -> dict[str, Any]:
+        """Extra-config overrides that set a byte capacity bound (``capacity_bound``
+        backends): the backend class's own ``capacity_config(nbytes)`` classmethod when it
+        has one (``PagedStorage`` does), else ``{"capacity_bytes": nbytes}``. Override in
+        the test class for anything else (e.g. a private directory per bound)."""
+        hook = getattr(self.backend_class(), "capacity_config", None)
+        if callable(hook):
+            return dict(hook(capacity_bytes))
         return {"capacity_bytes": capacity_bytes}
 
     @level(2)
