@@ -65,7 +65,7 @@ def parse_config_arg(value: str | None) -> dict[str, Any]:
                 data = tomllib.load(f)
         elif lower.endswith((".yaml", ".yml")):
             try:
-                import yaml  # type: ignore[import-untyped]
+                import yaml
             except ImportError as e:  # pragma: no cover - depends on environment
                 raise ConfigError(f"{path}: reading YAML needs PyYAML: pip install pyyaml") from e
             with open(path, encoding="utf-8") as f:

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 from hicache_backend_file import FileConfig, FileTransport, vio
-from hicache_backend_file import transport as tmod
+from hicache_backend_file import writes as tmod
 
 
 def page(i: int, n: int) -> np.ndarray:

@@ -81,13 +81,18 @@ from hicache_backend_file import FileConfig, FileTransport
 root, who, limit, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 t = FileTransport(FileConfig(root=root, max_bytes=limit, io_threads=2), environ={})
 d = np.full(1000, ord(who[0]), np.uint8)
+def size(path):
+    try:
+        return os.path.getsize(path)
+    except FileNotFoundError:  # evicted by the other process while we were counting
+        return 0
 worst = 0
 for b in range(12):
     names = [f"{who}/{b}-{i}" for i in range(batch)]
     assert t.write(names, [[(int(d.ctypes.data), d.nbytes)]] * batch) == [True] * batch
     total = 0
     for dp, _dn, fn in os.walk(root):
-        total += sum(os.path.getsize(os.path.join(dp, f)) for f in fn if not f.startswith("."))
+        total += sum(size(os.path.join(dp, f)) for f in fn if not f.startswith("."))
     worst = max(worst, total)
 print(worst)
 """

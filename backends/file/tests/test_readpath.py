@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _helpers import pattern, segs
-from hicache_backend_file import FileTransport, transport
+from hicache_backend_file import FileTransport, reads
 from hicache_backend_file.config import FileConfig
 
 Make = Callable[..., FileTransport]
@@ -79,7 +79,7 @@ def test_cold_pages_read_exactly_on_any_thread_count(make_transport: Make, root:
 def test_more_cold_pages_than_held_descriptors(
     make_transport: Make, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(transport, "_MAX_HELD_FDS", 1)
+    monkeypatch.setattr(reads, "_MAX_HELD_FDS", 1)
     t = make_transport()
     pages = [pattern(i, 4096 * 2 + 96) for i in range(5)]
     names = [f"h{i}" for i in range(5)]
@@ -120,7 +120,7 @@ def test_large_batch_split_over_two_threads_matches_single_pass(
     cold pool) or on one (without): the same answers, bytes and removals either way, with
     misses, wrong sizes and cold pages in both halves."""
     t = make_transport(cold_read_threads=cold_threads)
-    n = 2 * transport._SPLIT_WARM_AT + 6
+    n = 2 * reads._SPLIT_WARM_AT + 6
     names = [f"p{i:03d}" for i in range(n)]
     pages = [pattern(100 + i, 8192) for i in range(n)]
     assert t.write(names, [segs(p) for p in pages]) == [True] * n

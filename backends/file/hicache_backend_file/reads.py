@@ -1,0 +1,342 @@
+"""The read path of :class:`~.transport.FileTransport` (the :class:`ReadPath` mixin).
+
+Two passes (:meth:`ReadPath.read` has the details). Pass 1, in the calling thread (with
+``cold_read_threads > 1``, a batch of at least ``_SPLIT_WARM_AT`` pages is split in half
+with one pool thread): ``open`` and one ``preadv(..., RWF_NOWAIT)`` of the whole page plus
+one extra byte; a page the page cache holds whole is done there without ``fstat``. After
+the first page that is not fully cached, the rest of the batch skips the probe (it would
+start readahead that the ``O_DIRECT`` read duplicates). Pass 2, on ``cold_read_threads``
+threads (the caller is one): ``fstat`` checks on the descriptor pass 1 kept open (at most
+``_MAX_HELD_FDS``; beyond, the name is reopened), then ``O_DIRECT`` switched on for that
+descriptor to read the 4 KiB-aligned leading segments (an unaligned tail of up to
+``_BOUNCE_MAX`` bytes joins through a per-thread bounce buffer), buffered ``preadv`` for
+whatever is left.
+
+The file's size must equal the segments' total, else a miss; a file of another size is
+removed (``removed_wrong_size``) unless a concurrent writer replaced it meanwhile.
+Failures never raise: ``False`` and a counted reason. A file system refusing ``O_DIRECT``
+(or an alignment it rejects) and a kernel without ``RWF_NOWAIT`` are detected once and
+then read buffered; ``direct_io=False`` reads buffered throughout.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import mmap
+import os
+import stat
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from hicache_sdk.transport import Segments
+
+from .base import FileBase, reason_of
+from .names import check_names
+from .vio import (
+    DIO_ALIGN,
+    IOV_MAX,
+    advance,
+    aligned_prefix,
+    check_segments,
+    preadv_exact,
+    preadv_nowait,
+    segment_arrays,
+    segment_views,
+    total_bytes,
+)
+
+__all__ = ["ReadPath"]
+
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_O_DIRECT: int = getattr(os, "O_DIRECT", 0)
+_RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
+_MAX_HELD_FDS = 256  # descriptors pass 1 keeps open for pass 2; beyond, pass 2 reopens
+_SPLIT_WARM_AT = 16  # batches this large run pass 1 on two threads
+_BOUNCE_MAX = 64 * 1024  # largest unaligned tail read through the O_DIRECT bounce buffer
+
+
+class ReadPath(FileBase):
+    """The read half of :class:`~.transport.FileTransport`: ``read`` and ``direct_bytes``."""
+
+    _direct: bool  # O_DIRECT is tried (cleared when the file system refuses it)
+    _direct_bytes: int
+    _nowait: bool  # RWF_NOWAIT is tried (cleared at the first refusal)
+    _cold_pool: ThreadPoolExecutor | None  # cold_read_threads - 1 workers
+    _tls: threading.local  # per-thread bounce buffer
+
+    def _open_failed(self, name: str, e: OSError) -> None:
+        self._count(reason_of(e))
+        if self.metadata_cache is not None:
+            self.metadata_cache.remove(name)
+
+    def _read_one(self, name: str, segs: Segments) -> bool:
+        """Open and read one object from scratch (the cold path's fallback)."""
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=self._root_fd)
+        except OSError as e:
+            self._open_failed(name, e)
+            return False
+        return self._finish_read(name, segs, fd, None)
+
+    def _finish_read(self, name: str, segs: Segments, fd: int, got: int | None) -> bool:
+        """Complete the read of ``name`` from its open descriptor ``fd`` (always closed
+        here); ``got`` bytes from offset 0 already arrived (``None``: nothing was tried)."""
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self._count("not_regular")
+                return False
+            if st.st_size != total_bytes(segs):
+                self._count("size_mismatch")
+                self._remove_if_same(name, st)
+                return False
+            if not self._fill(fd, st.st_size, segs, got):
+                self._count("size_mismatch")
+                return False
+            if self.ledger is not None:
+                os.utime(fd)  # LRU: a read makes the page recent
+            return True
+        except OSError as e:
+            self._count(reason_of(e))
+            return False
+        finally:
+            os.close(fd)
+
+    def _fill(self, fd: int, total: int, segs: Segments, got: int | None) -> bool:
+        """Read the rest of a ``total``-byte regular file into ``segs`` (``got`` bytes from
+        offset 0 are there already; ``None``: probe the page cache first). ``False`` on a
+        short file.
+
+        With ``direct_io``: when the page cache did not hold everything, the
+        4 KiB-aligned leading segments are read with ``O_DIRECT`` (switched on for this
+        descriptor with ``fcntl``: no page-cache copy, the device DMAs into the caller's
+        memory) and an unaligned tail (the SDK trailer) joins that read through an
+        aligned bounce buffer; everything else is read buffered."""
+        views = segment_views(segs)
+        if got is None:
+            got = preadv_nowait(fd, views) if self._nowait else 0
+            if got == total:
+                return True
+            if got < 0:  # RWF_NOWAIT unsupported here
+                self._nowait = False
+                got = 0
+        if self._direct:
+            count, nbytes = aligned_prefix(segs)
+            if nbytes > got and self._set_direct(fd, True):
+                try:
+                    rest = total - nbytes
+                    if 0 < rest <= _BOUNCE_MAX:
+                        bounce = self._bounce()
+                        size = -(-rest // DIO_ALIGN) * DIO_ALIGN
+                        if self._read_direct(fd, [*views[:count], bounce[:size]], total):
+                            self._counts_direct(nbytes)
+                            pos = 0
+                            for v in advance(views, nbytes):
+                                v[:] = bounce[pos : pos + v.nbytes]
+                                pos += v.nbytes
+                            return True
+                    elif self._read_direct(fd, views[:count], nbytes):
+                        self._counts_direct(nbytes)
+                        got = nbytes
+                finally:
+                    self._set_direct(fd, False)
+        return preadv_exact(fd, advance(views, got), got)
+
+    def _bounce(self) -> memoryview:
+        """This thread's 4 KiB-aligned bounce buffer for unaligned O_DIRECT tails."""
+        buf: memoryview | None = getattr(self._tls, "bounce", None)
+        if buf is None:
+            buf = self._tls.bounce = memoryview(mmap.mmap(-1, _BOUNCE_MAX))
+        return buf
+
+    def _set_direct(self, fd: int, on: bool) -> bool:
+        """Switch ``O_DIRECT`` on ``fd`` on or off (off also clears ``O_NONBLOCK``: the
+        descriptor is known to be a regular file by now). ``False`` when the file system
+        refuses ``O_DIRECT`` (then it is not tried again)."""
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETFL, _O_DIRECT if on else 0)
+        except OSError:
+            self._direct = False
+            return False
+        return True
+
+    def _counts_direct(self, nbytes: int) -> None:
+        with self._lock:
+            self._direct_bytes += nbytes
+
+    def direct_bytes(self) -> int:
+        """Bytes read with ``O_DIRECT`` so far (0 when the page cache served everything)."""
+        with self._lock:
+            return self._direct_bytes
+
+    def _read_direct(self, fd: int, views: list[memoryview], need: int) -> bool:
+        """``O_DIRECT`` read (``fd`` has the flag) of aligned ``views`` from offset 0 until
+        at least ``need`` bytes arrived (the last view may reach past the end of the
+        file). ``False`` (the caller reads buffered) on an error or an early end; an
+        ``EINVAL`` (alignment refused) also turns ``O_DIRECT`` off for good."""
+        done = 0
+        try:
+            while done < need:
+                n = os.preadv(fd, views[:IOV_MAX], done)
+                if n <= 0:
+                    return False
+                done += n
+                views = advance(views, n)
+        except OSError as e:
+            if e.errno == errno.EINVAL:
+                self._direct = False
+            return False
+        return True
+
+    def _remove_if_same(self, name: str, st: os.stat_result) -> None:
+        """Delete a page of the wrong size (truncated, torn or foreign), unless the name
+        now holds another file (a concurrent rewrite)."""
+        try:
+            now = os.stat(name, dir_fd=self._root_fd, follow_symlinks=False)
+            if (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev):
+                os.unlink(name, dir_fd=self._root_fd)
+                self._count("removed_wrong_size")
+                if self.ledger is not None:
+                    self.ledger.release(st.st_size)
+        except OSError:
+            pass
+        if self.metadata_cache is not None:
+            self.metadata_cache.remove(name)
+
+    def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        """Read each object into its segments; ``False`` for a missing object, a size that
+        differs from the segments' total, a non-regular file or an I/O error.
+
+        Every page of a name has one size (the key scheme encodes the geometry), so a file
+        of another size is truncated, torn or foreign: it is removed (as the adapter's
+        ``exists`` does), unless a concurrent writer replaced it meanwhile.
+
+        Two passes. Pass 1, in the calling thread: ``open`` and one ``preadv(...,
+        RWF_NOWAIT)`` of payload, trailer and one extra byte into a sink -- a page the
+        page cache holds whole is done (no ``fstat``: a file too long fills the extra
+        byte, one too short reads short; a page-multiple size whose extra byte may not be
+        cached is checked with ``fstat``). Pass 2, on ``cold_read_threads``: the rest
+        (``fstat`` checks, then ``O_DIRECT`` / buffered reads on the same descriptor)."""
+        if len(keys) != len(buffers):
+            raise ValueError(f"buffers: expected {len(keys)} entries, got {len(buffers)}")
+        check_names(keys)
+        check_segments(buffers)
+        n = len(keys)
+        if self._closed:
+            return [False] * n
+        out = [False] * n
+        cold: list[tuple[int, int, int | None]] = []  # (index, open fd or -1, bytes read)
+        try:
+            half = n // 2 if n >= _SPLIT_WARM_AT and self._cold_pool is not None else n
+            if half < n:
+                # Two threads on pass 1: one thread's Python work per page hides behind the
+                # other's page-cache copy (preadv releases the GIL).
+                assert self._cold_pool is not None
+                other: list[tuple[int, int, int | None]] = []
+                fut = self._cold_pool.submit(self._read_warm, keys, buffers, out, other, half, n)
+                try:
+                    self._read_warm(keys, buffers, out, cold, 0, half)
+                finally:
+                    fut.result()
+                    cold.extend(other)
+            else:
+                self._read_warm(keys, buffers, out, cold, 0, n)
+        finally:
+            if cold:
+                self._read_cold(keys, buffers, cold, out)
+        return out
+
+    def _read_warm(
+        self,
+        keys: Sequence[str],
+        buffers: Sequence[Segments],
+        out: list[bool],
+        cold: list[tuple[int, int, int | None]],
+        lo: int,
+        hi: int,
+    ) -> None:
+        """Pass 1 of :meth:`read` (see there) over objects ``lo..hi-1``; appends what it
+        could not finish to ``cold``."""
+        root, flags, sink = self._root_fd, _READ_FLAGS, bytearray(1)
+        probe = self._nowait
+        cold_seen = False
+        touch = self.ledger is not None
+        for i in range(lo, hi):
+            name, segs = keys[i], buffers[i]
+            try:
+                fd = os.open(name, flags, dir_fd=root)
+            except OSError as e:
+                self._open_failed(name, e)
+                continue
+            held = False
+            try:
+                arrays, total = segment_arrays(segs)
+                if not probe or len(arrays) >= IOV_MAX:
+                    if len(cold) < _MAX_HELD_FDS:
+                        cold.append((i, fd, 0 if cold_seen else None))
+                        held = True
+                    else:
+                        cold.append((i, -1, None))
+                    continue
+                try:
+                    got = os.preadv(fd, [*arrays, sink], 0, _RWF_NOWAIT)
+                except BlockingIOError:
+                    got = 0
+                if got == total and (total & (DIO_ALIGN - 1) or os.fstat(fd).st_size == total):
+                    if touch:
+                        os.utime(fd)
+                    out[i] = True
+                elif got > total:  # too long (or not a file): the checks of pass 2 decide
+                    held = True  # _finish_read closes it
+                    out[i] = self._finish_read(name, segs, fd, 0)
+                else:
+                    # A probe of an uncached file starts the kernel's readahead (up to
+                    # read_ahead_kb), which the O_DIRECT read would then duplicate: after
+                    # the first cold page, the rest of the batch goes to pass 2 unprobed.
+                    probe, cold_seen = False, True
+                    if len(cold) < _MAX_HELD_FDS:
+                        cold.append((i, fd, min(got, total)))
+                        held = True
+                    else:
+                        cold.append((i, -1, None))
+            except OSError as e:
+                if e.errno in (errno.EOPNOTSUPP, errno.EINVAL) and not held:
+                    probe = self._nowait = False  # no RWF_NOWAIT here: pass 2 reads it all
+                    cold.append((i, fd, None))
+                    held = True
+                else:
+                    self._count(reason_of(e))
+            finally:
+                if not held:
+                    os.close(fd)
+
+    def _read_cold(
+        self,
+        keys: Sequence[str],
+        buffers: Sequence[Segments],
+        cold: list[tuple[int, int, int | None]],
+        out: list[bool],
+    ) -> None:
+        """Pass 2 of :meth:`read`: finish ``cold`` on up to ``cold_read_threads`` threads
+        (the caller is one), each taking the next page when done with one."""
+        items = iter(cold)
+
+        def work() -> None:
+            for i, fd, got in items:  # a list iterator hands each item out once
+                if fd < 0:
+                    out[i] = self._read_one(keys[i], buffers[i])
+                else:
+                    out[i] = self._finish_read(keys[i], buffers[i], fd, got)
+
+        helpers = min(len(cold) - 1, self.config.cold_read_threads - 1)
+        futures = [self._cold_pool.submit(work) for _ in range(helpers)] if self._cold_pool else []
+        try:
+            work()
+        finally:
+            for f in futures:
+                f.exception()
+            for _, fd, _ in items:  # only after an unexpected error: never leak a descriptor
+                if fd >= 0:
+                    os.close(fd)

@@ -1,0 +1,175 @@
+"""The write path of :class:`~.transport.FileTransport` (the :class:`WritePath` mixin).
+
+A present page is left alone (``True``; with a byte limit its recency is refreshed). A new
+one is written with ``pwritev`` to a temporary file in its own directory (missing
+directories are created with ``dir_mode``), optionally fsynced, and published with
+:func:`.fsops.publish_noreplace`, which never replaces a page a concurrent writer
+published first (that counts as ``True``, unless what holds the name is not a page:
+``False``, ``not_regular``). With a byte limit the batch's bytes are reserved in the
+:class:`~.capacity.CapacityLedger` first (all at once, else page by page as far as room
+can be made; a refused page counts ``capacity``), and bytes reserved for pages not
+published are released. New pages are spread over ``io_threads``. Failures
+never raise and leave no partial or temporary file behind.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from hicache_sdk.transport import Segments
+
+from .base import FileBase, reason_of
+from .fsops import publish_noreplace, temp_name
+from .names import check_names
+from .vio import check_segments, pwritev_all, segment_views, total_bytes
+
+__all__ = ["WritePath"]
+
+_TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class WritePath(FileBase):
+    """The write half of :class:`~.transport.FileTransport`: ``write``."""
+
+    _chmod_files: bool  # the umask would strip bits of file_mode: fchmod each file
+    _chmod_dirs: bool  # the same for dir_mode and new directories
+
+    def _make_dirs(self, rel_dir: str) -> None:
+        path = ""
+        for comp in rel_dir.split("/"):
+            path = f"{path}/{comp}" if path else comp
+            try:
+                os.mkdir(path, self.config.dir_mode, dir_fd=self._root_fd)
+            except FileExistsError:
+                continue
+            if self._chmod_dirs:
+                os.chmod(path, self.config.dir_mode, dir_fd=self._root_fd)
+
+    def _open_temp(self, rel_dir: str) -> tuple[int, str]:
+        tmp = f"{rel_dir}/{temp_name()}" if rel_dir else temp_name()
+        try:
+            fd = os.open(tmp, _TMP_FLAGS, self.config.file_mode, dir_fd=self._root_fd)
+        except FileNotFoundError:
+            if not rel_dir:
+                raise
+            self._make_dirs(rel_dir)
+            fd = os.open(tmp, _TMP_FLAGS, self.config.file_mode, dir_fd=self._root_fd)
+        return fd, tmp
+
+    def _fsync_dir(self, rel_dir: str) -> None:
+        fd = os.open(rel_dir or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._root_fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _write_one(self, name: str, segs: Segments) -> tuple[bool, bool]:
+        """``(ok, published)``: ``published`` is False when the page already existed."""
+        rel_dir = name.rpartition("/")[0]
+        tmp: str | None = None
+        try:
+            fd, tmp = self._open_temp(rel_dir)
+            try:
+                if self._chmod_files:
+                    os.fchmod(fd, self.config.file_mode)
+                pwritev_all(fd, segment_views(segs))
+                if self.config.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            published = publish_noreplace(tmp, name, self._root_fd)
+            if published:
+                tmp = None
+                if self.config.fsync:
+                    self._fsync_dir(rel_dir)
+                return True, True
+            if self._stat_size(name) is None:  # something that is not a page holds the name
+                self._count("not_regular")
+                return False, False
+            return True, False
+        except OSError as e:
+            self._count(reason_of(e))
+            return False, False
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp, dir_fd=self._root_fd)
+                except OSError:
+                    pass
+
+    def _touch(self, name: str) -> None:
+        try:
+            os.utime(name, dir_fd=self._root_fd, follow_symlinks=False)
+        except OSError:
+            pass
+
+    def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        """Create each object unless present (present: ``True``, untouched; with a byte
+        limit, its recency is refreshed). ``False`` on I/O failure or when the byte limit
+        cannot make room; no partial or temporary file is left behind."""
+        if len(keys) != len(buffers):
+            raise ValueError(f"buffers: expected {len(keys)} entries, got {len(buffers)}")
+        check_names(keys)
+        check_segments(buffers)
+        n = len(keys)
+        if self._closed:
+            return [False] * n
+        out = [False] * n
+        todo: list[int] = []
+        for i, k in enumerate(keys):
+            if self._stat_size(k) is not None:
+                out[i] = True
+                if self.ledger is not None:
+                    self._touch(k)
+            else:
+                todo.append(i)
+        if not todo:
+            return out
+        sizes = [total_bytes(buffers[i]) for i in todo]
+        reserved = self._reserve_all(sizes)
+        if reserved is None:  # per page, as far as room can be made
+            reserved = [self._reserve(s) for s in sizes]
+
+        def one(j: int) -> tuple[bool, bool]:
+            if not reserved[j]:
+                return False, False
+            return self._write_one(keys[todo[j]], buffers[todo[j]])
+
+        results = self._parallel(len(todo), one)
+        unused = 0
+        for j, (ok, published) in enumerate(results):
+            i = todo[j]
+            out[i] = ok
+            if reserved[j] and not published:
+                unused += sizes[j]
+            if published and self.metadata_cache is not None:
+                self.metadata_cache.put(keys[i], sizes[j])
+        if unused and self.ledger is not None:
+            try:
+                self.ledger.release(unused)
+            except OSError as e:
+                self._count(reason_of(e))
+        return out
+
+    def _reserve(self, nbytes: int) -> bool:
+        if self.ledger is None:
+            return True
+        try:
+            ok = self.ledger.reserve(nbytes)
+        except OSError as e:
+            self._count(reason_of(e))
+            return False
+        if not ok:
+            self._count("capacity")
+        return ok
+
+    def _reserve_all(self, sizes: list[int]) -> list[bool] | None:
+        if self.ledger is None:
+            return [True] * len(sizes)
+        try:
+            if self.ledger.reserve(sum(sizes)):
+                return [True] * len(sizes)
+        except OSError:
+            pass
+        return None
