@@ -10,35 +10,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from registry_helpers import Recorder
 
 from hicache_sdk import registry
 from hicache_sdk.registry import create_backend, register_backend
-from hicache_sdk.spec import HiCacheStorage, HiCacheStorageConfig
-
-
-class Recorder(HiCacheStorage):
-    """Records what it was constructed with."""
-
-    def __init__(self, storage_config: Any, kwargs: Any) -> None:
-        self.storage_config = storage_config
-        self.kwargs = kwargs
-
-    def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> Any:
-        return None
-
-    def batch_get(self, keys: Any, target_locations: Any = None, target_sizes: Any = None) -> Any:
-        return [None] * len(keys)
-
-    def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
-        return True
-
-    def batch_set(
-        self, keys: Any, values: Any = None, target_locations: Any = None, target_sizes: Any = None
-    ) -> bool:
-        return True
-
-    def exists(self, key: str) -> bool:
-        return False
+from hicache_sdk.spec import HiCacheStorageConfig
 
 
 @dataclass

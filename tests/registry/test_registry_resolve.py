@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from registry_helpers import Recorder
 
 from hicache_sdk import registry
 from hicache_sdk.capabilities import Capabilities
@@ -51,29 +52,8 @@ class Store(HiCacheStorage):
 """
 
 
-class LocalStorage(HiCacheStorage):
+class LocalStorage(Recorder):
     """A test-only backend, reachable as ``test_registry_resolve:LocalStorage``."""
-
-    def __init__(self, storage_config: Any, kwargs: Any) -> None:
-        self.storage_config = storage_config
-        self.kwargs = kwargs
-
-    def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> Any:
-        return None
-
-    def batch_get(self, keys: Any, target_locations: Any = None, target_sizes: Any = None) -> Any:
-        return [None] * len(keys)
-
-    def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
-        return True
-
-    def batch_set(
-        self, keys: Any, values: Any = None, target_locations: Any = None, target_sizes: Any = None
-    ) -> bool:
-        return True
-
-    def exists(self, key: str) -> bool:
-        return False
 
 
 LOCAL_PATH = f"{__name__}:LocalStorage"
