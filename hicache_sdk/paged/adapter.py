@@ -213,12 +213,7 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         fast = state.page_objects_fast(self.scheme, keys, segs)
         if fast is not None:
             return fast, list(range(len(keys))), finish
-        objs: list[ObjectIO] = []
-        owners: list[int] = []
-        for i, key in enumerate(keys):
-            page_objs = state.objects(self.scheme, key, segs[i])
-            objs.extend(page_objs)
-            owners.extend([i] * len(page_objs))
+        objs, owners = self._flat_batch(state, keys, segs)
         return objs, owners, finish
 
     @staticmethod

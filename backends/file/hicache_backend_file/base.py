@@ -13,13 +13,17 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
+
+from hicache_sdk.transport import Segments
 
 from .capacity import CapacityLedger
 from .config import FileConfig
 from .metacache import MetadataCache
+from .names import check_names
+from .vio import check_segments
 
 __all__ = ["REASONS", "FileBase", "reason_of"]
 
@@ -57,6 +61,16 @@ class FileBase:
     metadata_cache: MetadataCache | None
     ledger: CapacityLedger | None  # set when a byte limit is configured
     _pool: ThreadPoolExecutor | None  # io_threads - 1 workers (None: io_threads == 1)
+
+    @staticmethod
+    def _check_batch(keys: Sequence[str], buffers: Sequence[Segments]) -> int:
+        """Validate a read/write batch before any I/O (``ValueError`` naming the
+        argument) and return its size."""
+        if len(keys) != len(buffers):
+            raise ValueError(f"buffers: expected {len(keys)} entries, got {len(buffers)}")
+        check_names(keys)
+        check_segments(buffers)
+        return len(keys)
 
     def _count(self, reason: str, n: int = 1) -> None:
         with self._lock:

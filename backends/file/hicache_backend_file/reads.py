@@ -33,13 +33,11 @@ from concurrent.futures import ThreadPoolExecutor
 from hicache_sdk.transport import Segments
 
 from .base import FileBase, reason_of
-from .names import check_names
 from .vio import (
     DIO_ALIGN,
     IOV_MAX,
     advance,
     aligned_prefix,
-    check_segments,
     preadv_exact,
     preadv_nowait,
     segment_arrays,
@@ -219,11 +217,7 @@ class ReadPath(FileBase):
         byte, one too short reads short; a page-multiple size whose extra byte may not be
         cached is checked with ``fstat``). Pass 2, on ``cold_read_threads``: the rest
         (``fstat`` checks, then ``O_DIRECT`` / buffered reads on the same descriptor)."""
-        if len(keys) != len(buffers):
-            raise ValueError(f"buffers: expected {len(keys)} entries, got {len(buffers)}")
-        check_names(keys)
-        check_segments(buffers)
-        n = len(keys)
+        n = self._check_batch(keys, buffers)
         if self._closed:
             return [False] * n
         out = [False] * n

@@ -21,8 +21,7 @@ from hicache_sdk.transport import Segments
 
 from .base import FileBase, reason_of
 from .fsops import publish_noreplace, temp_name
-from .names import check_names
-from .vio import check_segments, pwritev_all, segment_views, total_bytes
+from .vio import pwritev_all, segment_views, total_bytes
 
 __all__ = ["WritePath"]
 
@@ -108,11 +107,7 @@ class WritePath(FileBase):
         """Create each object unless present (present: ``True``, untouched; with a byte
         limit, its recency is refreshed). ``False`` on I/O failure or when the byte limit
         cannot make room; no partial or temporary file is left behind."""
-        if len(keys) != len(buffers):
-            raise ValueError(f"buffers: expected {len(keys)} entries, got {len(buffers)}")
-        check_names(keys)
-        check_segments(buffers)
-        n = len(keys)
+        n = self._check_batch(keys, buffers)
         if self._closed:
             return [False] * n
         out = [False] * n
