@@ -30,7 +30,11 @@ SGLANG_MODULES = (
     "sglang.srt.observability.metrics_collector",
 )
 
-collect_ignore = [] if REAL_SGLANG else ["test_sglang_bridge.py", "test_sglang_profile.py", "test_sglang_file_interop.py"]
+collect_ignore = (
+    []
+    if REAL_SGLANG
+    else ["test_sglang_bridge.py", "test_sglang_profile.py", "test_sglang_file_interop.py", "test_sglang_merge.py"]
+)
 
 if REAL_SGLANG:
     import importlib
