@@ -422,9 +422,7 @@ class HiCacheStorage(ABC):
     def exists(self, key: str) -> bool:
         """Whether one page's KV object(s) exist."""
 
-    def batch_exists(
-        self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None
-    ) -> int:
+    def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
         """The number of consecutive existing keys from the start."""
         for i, key in enumerate(keys):
             if not self.exists(key):

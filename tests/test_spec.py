@@ -113,7 +113,14 @@ def test_config_dcp_validation(kw: dict[str, object], msg: str) -> None:
 
 @pytest.mark.parametrize(
     ("mla", "tp_rank", "dcp_size", "dcp_rank", "writer"),
-    [(False, 3, 1, 0, True), (True, 0, 1, 0, True), (True, 1, 1, 0, False), (True, 1, 2, 1, True), (True, 3, 2, 1, False), (True, 2, 2, 0, False)],
+    [
+        (False, 3, 1, 0, True),
+        (True, 0, 1, 0, True),
+        (True, 1, 1, 0, False),
+        (True, 1, 2, 1, True),
+        (True, 3, 2, 1, False),
+        (True, 2, 2, 0, False),
+    ],
 )
 def test_is_storage_writer(mla: bool, tp_rank: int, dcp_size: int, dcp_rank: int, writer: bool) -> None:
     c = spec.HiCacheStorageConfig(
@@ -135,7 +142,10 @@ def test_dataclass_fields_match_profile() -> None:
     assert spec.HiCacheStorageExtraInfo().prefix_keys is None  # the 0.5.5-0.5.10 (None,) bug is not ours
     t = spec.PoolTransfer(name=spec.PoolName.KV)
     assert (t.hit_policy, t.block_pages, t.group_pages) == (spec.PoolHitPolicy.ALL_PAGES, 0, 0)
-    assert spec.SidecarPoolSpec(spec.PoolName.INDEXER, spec.PoolName.KV).hit_policy is spec.PoolHitPolicy.ALL_PAGES
+    assert (
+        spec.SidecarPoolSpec(spec.PoolName.INDEXER, spec.PoolName.KV).hit_policy
+        is spec.PoolHitPolicy.ALL_PAGES
+    )
 
 
 def test_pool_name_behaves_like_its_string() -> None:

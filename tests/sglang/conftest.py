@@ -33,7 +33,12 @@ SGLANG_MODULES = (
 collect_ignore = (
     []
     if REAL_SGLANG
-    else ["test_sglang_bridge.py", "test_sglang_profile.py", "test_sglang_file_interop.py", "test_sglang_merge.py"]
+    else [
+        "test_sglang_bridge.py",
+        "test_sglang_profile.py",
+        "test_sglang_file_interop.py",
+        "test_sglang_merge.py",
+    ]
 )
 
 if REAL_SGLANG:

@@ -40,7 +40,9 @@ def _config(root: str, *, mla: bool, layout: str, tp_rank: int = 0, tp_size: int
 
 def _fill(pool: Any, seed: int) -> None:
     raw = pool.kv_buffer.view(torch.uint8)
-    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)))
+    raw.copy_(
+        torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+    )
 
 
 def _page(pool: Any, start: int) -> bytes:
