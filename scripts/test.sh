@@ -9,7 +9,7 @@ export CI="${CI:-1}"   # hypothesis "ci" profile: derandomized, bounded examples
 
 echo "== ruff"
 .venv/bin/ruff check .
-.venv/bin/ruff format --check --exclude docs .
+.venv/bin/ruff format --check .
 echo "== mypy (strict, hicache_sdk)"
 .venv/bin/mypy
 echo "== pytest"
