@@ -1,4 +1,5 @@
-"""A byte limit on all pages under a root, shared by every process using the directory.
+"""A byte limit on all pages under a root, and a free-space watermark on its file system,
+shared by every process using the directory.
 
 State lives in the root itself: a hidden ledger file ``.hicache-capacity`` holds the
 bytes in use (8 bytes, little-endian) and is the ``flock`` that serializes reservations
@@ -15,6 +16,10 @@ and evictions across processes (a ``threading.Lock`` does so within one).
   is never evicted. A page evicted while another process reads it stays readable
   through the open descriptor (POSIX unlink semantics).
 * A reservation of a page that turned out to exist already, or failed, is released.
+* The free-space watermark (``min_free``, SGLang's ``min_free_space``) turns into a limit
+  at each reservation: the pages we hold plus the file system's free space, minus the
+  watermark (``statvfs``, space available to unprivileged users). The smaller of that
+  and the byte limit applies.
 """
 
 from __future__ import annotations
@@ -47,11 +52,13 @@ class CapacityLedger:
         eviction_ratio: float = 0.9,
         file_mode: int = 0o600,
         on_evict: Callable[[str], None] | None = None,
+        min_free: int = 0,
     ) -> None:
-        if limit <= 0:
-            raise ValueError(f"limit must be > 0, got {limit!r}")
+        if limit < 0 or min_free < 0 or (limit == 0 and min_free == 0):
+            raise ValueError(f"need a limit > 0 or min_free > 0, got limit={limit!r}, min_free={min_free!r}")
         self.root = root
-        self.limit = limit
+        self.limit = limit  # 0: no byte limit (the watermark alone applies)
+        self.min_free = min_free
         self.ratio = eviction_ratio
         self.on_evict = on_evict
         self.evicted = 0
@@ -85,17 +92,28 @@ class CapacityLedger:
         ``OSError`` on ledger I/O failure."""
         if nbytes <= 0:
             return True
-        if nbytes > self.limit:
+        if self.limit and nbytes > self.limit:
             return False
         with self._locked():
             used = self._read()
-            if used + nbytes > self.limit:
-                used = self._evict(int(self.limit * self.ratio) - nbytes)
-                if used + nbytes > self.limit:
+            limit = self._limit_now(used)
+            if used + nbytes > limit:
+                used = self._evict(int(limit * self.ratio) - nbytes)
+                limit = self._limit_now(used)
+                if used + nbytes > limit:
                     self._write(used)
                     return False
             self._write(used + nbytes)
             return True
+
+    def _limit_now(self, used: int) -> int:
+        """The limit in force with ``used`` bytes held: the byte limit, lowered by the
+        free-space watermark (what we hold plus what is free, minus the watermark)."""
+        limit = self.limit if self.limit else 1 << 62
+        if self.min_free:
+            st = os.statvfs(self.root)
+            limit = min(limit, used + st.f_bavail * st.f_frsize - self.min_free)
+        return limit
 
     def release(self, nbytes: int) -> None:
         """Give back reserved bytes that were not written, or bytes of deleted pages."""

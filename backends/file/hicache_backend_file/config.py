@@ -85,8 +85,13 @@ class FileConfig(BackendConfig):
       with LRU eviction across every process sharing the directory.
     * ``max_size`` [""]: SGLang's human-readable form of the same limit (``"200G"``,
       ``"64Gi"``); used when ``max_bytes`` is 0.
-    * ``eviction_ratio`` [0.9]: eviction shrinks the directory to ``max_bytes * ratio``
-      minus the incoming batch.
+    * ``min_free_space`` [""]: SGLang's free-disk watermark (``"10G"``; empty or 0 = off):
+      before a batch is written, pages are evicted (LRU, as for the byte limit) so that the
+      file system keeps at least this much free space after the write; a batch that cannot
+      fit is refused (``False``). Enforced across processes with the same ledger.
+    * ``eviction_ratio`` [0.9]: eviction shrinks the directory to ``limit * ratio`` minus
+      the incoming batch, where ``limit`` is the byte limit or the space the watermark
+      allows, whichever is smaller.
     * ``file_mode`` [0o600] / ``dir_mode`` [0o700]: permissions of created pages and
       directories (set exactly, regardless of the umask). Widen deliberately to share.
     * ``strict_root`` [True]: refuse a root owned by another user or writable by others.
@@ -116,6 +121,7 @@ class FileConfig(BackendConfig):
     cold_read_threads: int = 8
     max_bytes: int = 0
     max_size: str = field(default="", metadata={"env": "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"})
+    min_free_space: str = field(default="", metadata={"env": "SGLANG_HICACHE_FILE_BACKEND_MIN_FREE_SPACE"})
     eviction_ratio: float = field(default=0.9, metadata={"env": "SGLANG_HICACHE_FILE_BACKEND_EVICTION_RATIO"})
     file_mode: int = 0o600
     dir_mode: int = 0o700
@@ -128,11 +134,6 @@ class FileConfig(BackendConfig):
     direct_io: bool = True
     stale_temp_s: float = 600.0
 
-    @classmethod
-    def ignored_keys(cls) -> frozenset[str]:
-        # SGLang's free-space watermark is accepted for drop-in configs but not enforced.
-        return frozenset({"min_free_space"})
-
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.io_threads < 1:
@@ -142,6 +143,7 @@ class FileConfig(BackendConfig):
         if self.max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {self.max_bytes!r}")
         parse_size(self.max_size, "max_size")
+        parse_size(self.min_free_space, "min_free_space")
         if not 0.0 < self.eviction_ratio <= 1.0:
             raise ValueError(f"eviction_ratio must be in (0, 1], got {self.eviction_ratio!r}")
         for n in ("file_mode", "dir_mode"):
@@ -165,6 +167,11 @@ class FileConfig(BackendConfig):
     def byte_limit(self) -> int:
         """The effective byte limit: ``max_bytes``, else ``max_size`` parsed, else 0."""
         return self.max_bytes or parse_size(self.max_size, "max_size")
+
+    @property
+    def min_free_bytes(self) -> int:
+        """The free-space watermark in bytes (0 = off)."""
+        return parse_size(self.min_free_space, "min_free_space")
 
 
 def resolve_root(config: FileConfig, environ: Mapping[str, str] | None = None) -> str:

@@ -89,15 +89,16 @@ class FileTransport(ReadPath, WritePath, Transport):
         self._chmod_files = umask is None or bool(config.file_mode & umask)
         self._chmod_dirs = umask is None or bool(config.dir_mode & umask)
         self.metadata_cache = MetadataCache(config.metadata_ttl) if config.enable_metadata_cache else None
-        limit = config.byte_limit
+        limit, min_free = config.byte_limit, config.min_free_bytes
         self.ledger = None
-        if limit > 0:
+        if limit > 0 or min_free > 0:
             self.ledger = CapacityLedger(
                 self.root,
                 limit,
                 config.eviction_ratio,
                 config.file_mode,
                 on_evict=self.metadata_cache.remove if self.metadata_cache is not None else None,
+                min_free=min_free,
             )
         self._pool = (
             ThreadPoolExecutor(config.io_threads - 1, thread_name_prefix="hicache-file")

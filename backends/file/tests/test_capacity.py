@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 from _helpers import pattern, segs
 from hicache_backend_file import FileTransport
 from hicache_backend_file.capacity import LEDGER_NAME
@@ -123,3 +124,42 @@ def test_two_processes_share_the_limit(root: Path, make_transport: Make) -> None
     assert final <= limit + batch * PAGE
     # both writers wrote 48 pages each, far above the limit: eviction did happen
     assert final >= limit * 0.9 * 0.5
+
+
+def test_min_free_space_watermark_evicts_and_refuses(
+    make_transport: Make, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SGLang's ``min_free_space``: a file system of 40 pages' worth, a watermark of 30
+    pages, so at most 10 pages may be held; older pages are evicted to make room and a
+    batch that cannot fit even after eviction is refused."""
+    from hicache_backend_file import capacity
+
+    fs_bytes = 40 * PAGE
+
+    class FakeStatvfs:
+        f_frsize = 1
+
+        @property
+        def f_bavail(self) -> int:  # what the pages under the root leave free
+            return fs_bytes - sum(disk_pages(root).values())
+
+    monkeypatch.setattr(capacity.os, "statvfs", lambda _path: FakeStatvfs())
+    t = make_transport(min_free_space=str(30 * PAGE), eviction_ratio=0.5)
+    assert t.ledger is not None and t.ledger.limit == 0 and t.ledger.min_free == 30 * PAGE
+    data = [pattern(i, PAGE) for i in range(14)]
+    for i in range(14):
+        assert t.write([f"p{i}"], [segs(data[i])]) == [True]
+        assert sum(disk_pages(root).values()) <= 10 * PAGE
+    assert "p13" in disk_pages(root) and "p0" not in disk_pages(root)  # LRU: the oldest went
+    # a batch larger than the watermark allows is written page by page, each evicting
+    # what is published: over the bound by at most that batch, and back under it with
+    # the next write; a page that cannot fit at all is refused
+    more = [pattern(100 + i, PAGE) for i in range(12)]
+    assert t.write([f"m{i}" for i in range(12)], [segs(b) for b in more]) == [True] * 12
+    assert sum(disk_pages(root).values()) <= (10 + 12) * PAGE
+    assert t.write(["after"], [segs(pattern(99, PAGE))]) == [True]
+    assert sum(disk_pages(root).values()) <= 10 * PAGE
+    huge = pattern(7, 11 * PAGE)
+    assert t.write(["huge"], [segs(huge)]) == [False]
+    assert "huge" not in disk_pages(root)
+    assert not [n for n in os.listdir(root) if n.endswith(".tmp")]

@@ -45,8 +45,13 @@ def test_sglang_env_names() -> None:
         {"max_size": "1k", "max_bytes": 7}, environ={"SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE": "2G"}
     )
     assert c.byte_limit == 7
-    # SGLang's min_free_space is accepted (ignored)
-    FileConfig.from_mapping({"min_free_space": "10G"}, environ={})
+    # SGLang's min_free_space watermark: parsed like max_size, from the mapping or its env var
+    assert FileConfig.from_mapping({"min_free_space": "10G"}, environ={}).min_free_bytes == 10**10
+    env = {"SGLANG_HICACHE_FILE_BACKEND_MIN_FREE_SPACE": "1Ki"}
+    assert FileConfig.from_mapping({}, environ=env).min_free_bytes == 1024
+    assert FileConfig.from_mapping({}, environ={}).min_free_bytes == 0
+    with pytest.raises(ConfigError, match="min_free_space"):
+        FileConfig.from_mapping({"min_free_space": "lots"}, environ={})
 
 
 @pytest.mark.parametrize(
