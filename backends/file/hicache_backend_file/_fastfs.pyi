@@ -1,0 +1,3 @@
+from collections.abc import Sequence
+
+def stat_sizes(dir_fd: int, names: Sequence[str], /) -> tuple[list[int | None], list[tuple[int, int]]]: ...
