@@ -25,10 +25,11 @@ import errno
 import fcntl
 import mmap
 import os
+import queue
 import stat
 import threading
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from hicache_sdk.transport import Segments
 
@@ -221,25 +222,30 @@ class ReadPath(FileBase):
         if self._closed:
             return [False] * n
         out = [False] * n
-        cold: list[tuple[int, int, int | None]] = []  # (index, open fd or -1, bytes read)
+
+        def finish(item: tuple[int, int, int | None]) -> None:
+            i, fd, got = item
+            if fd < 0:
+                out[i] = self._read_one(keys[i], buffers[i])
+            else:
+                out[i] = self._finish_read(keys[i], buffers[i], fd, got)
+
+        cold = _ColdPipe(finish, self._cold_pool, self.config.cold_read_threads - 1)
         try:
             half = n // 2 if n >= _SPLIT_WARM_AT and self._cold_pool is not None else n
             if half < n:
                 # Two threads on pass 1: one thread's Python work per page hides behind the
                 # other's page-cache copy (preadv releases the GIL).
                 assert self._cold_pool is not None
-                other: list[tuple[int, int, int | None]] = []
-                fut = self._cold_pool.submit(self._read_warm, keys, buffers, out, other, half, n)
+                fut = self._cold_pool.submit(self._read_warm, keys, buffers, out, cold, half, n)
                 try:
                     self._read_warm(keys, buffers, out, cold, 0, half)
                 finally:
                     fut.result()
-                    cold.extend(other)
             else:
                 self._read_warm(keys, buffers, out, cold, 0, n)
         finally:
-            if cold:
-                self._read_cold(keys, buffers, cold, out)
+            cold.finish()
         return out
 
     def _read_warm(
@@ -247,12 +253,12 @@ class ReadPath(FileBase):
         keys: Sequence[str],
         buffers: Sequence[Segments],
         out: list[bool],
-        cold: list[tuple[int, int, int | None]],
+        cold: _ColdPipe,
         lo: int,
         hi: int,
     ) -> None:
-        """Pass 1 of :meth:`read` (see there) over objects ``lo..hi-1``; appends what it
-        could not finish to ``cold``."""
+        """Pass 1 of :meth:`read` (see there) over objects ``lo..hi-1``; hands what it
+        could not finish to ``cold`` (pass 2, which starts at once)."""
         root, flags, sink = self._root_fd, _READ_FLAGS, bytearray(1)
         probe = self._nowait
         cold_seen = False
@@ -306,31 +312,64 @@ class ReadPath(FileBase):
                 if not held:
                     os.close(fd)
 
-    def _read_cold(
+
+class _ColdPipe:
+    """Pass 2 of a read, fed while pass 1 still runs: the first page pass 1 hands over
+    starts up to ``workers`` pool threads, so device reads overlap pass 1's ``open`` calls.
+    :meth:`finish` (after pass 1) lets the calling thread work too, then waits for the
+    workers; any descriptor still queued after an unexpected error is closed. ``len()``
+    is the number of pages handed over and not yet taken (descriptors held for them).
+
+    No deadlock with other reads sharing the pool: a worker only waits for the end of its
+    own read's pass 1, whose second half was submitted to the (FIFO) pool before it."""
+
+    def __init__(
         self,
-        keys: Sequence[str],
-        buffers: Sequence[Segments],
-        cold: list[tuple[int, int, int | None]],
-        out: list[bool],
+        run: Callable[[tuple[int, int, int | None]], None],
+        pool: ThreadPoolExecutor | None,
+        workers: int,
     ) -> None:
-        """Pass 2 of :meth:`read`: finish ``cold`` on up to ``cold_read_threads`` threads
-        (the caller is one), each taking the next page when done with one."""
-        items = iter(cold)
+        self._run = run
+        self._pool = pool
+        self._workers = max(0, workers) if pool is not None else 0
+        self._q: queue.SimpleQueue[tuple[int, int, int | None] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._futures: list[Future[None]] = []
+        self._pending = 0
+        self._error: BaseException | None = None
 
-        def work() -> None:
-            for i, fd, got in items:  # a list iterator hands each item out once
-                if fd < 0:
-                    out[i] = self._read_one(keys[i], buffers[i])
-                else:
-                    out[i] = self._finish_read(keys[i], buffers[i], fd, got)
+    def __len__(self) -> int:
+        return self._pending
 
-        helpers = min(len(cold) - 1, self.config.cold_read_threads - 1)
-        futures = [self._cold_pool.submit(work) for _ in range(helpers)] if self._cold_pool else []
-        try:
-            work()
-        finally:
-            for f in futures:
-                f.exception()
-            for _, fd, _ in items:  # only after an unexpected error: never leak a descriptor
-                if fd >= 0:
-                    os.close(fd)
+    def append(self, item: tuple[int, int, int | None]) -> None:
+        with self._lock:
+            self._pending += 1
+            if not self._futures and self._workers and self._pool is not None:
+                self._futures = [self._pool.submit(self._work) for _ in range(self._workers)]
+        self._q.put(item)
+
+    def _work(self) -> None:
+        while (item := self._q.get()) is not None:
+            with self._lock:
+                self._pending -= 1
+            try:
+                self._run(item)
+            except BaseException as e:  # keep draining; re-raised by finish()
+                if item[1] >= 0:
+                    try:
+                        os.close(item[1])
+                    except OSError:
+                        pass
+                with self._lock:
+                    self._error = self._error or e
+
+    def finish(self) -> None:
+        with self._lock:
+            futures = list(self._futures)
+        for _ in range(len(futures) + 1):
+            self._q.put(None)
+        self._work()
+        for f in futures:
+            f.result()
+        if self._error is not None:
+            raise self._error
