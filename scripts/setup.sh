@@ -5,6 +5,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
+
+# A C compiler and the Python headers build the file backend's small C extension (the
+# backend falls back to pure Python without them, but the test command requires it).
+need=()
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+"$PY" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || need+=(python3-dev)
+if [ ${#need[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
