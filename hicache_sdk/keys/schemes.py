@@ -261,17 +261,11 @@ class DefaultKeyScheme(KeyScheme):
         return f"{self._ns}/"
 
 
-class SGLangFileKeyScheme(KeyScheme):
-    """HiCacheFile 0.5.23: ``<hash><config_suffix>.bin`` for KV and
-    ``<hash>.<pool><suffix>.bin`` for other pools (``tp_config_suffix`` for ``mamba``,
-    ``config_suffix`` otherwise). ``tp_config_suffix = _{model}_{tp_rank}_{tp_size}{shard}``;
-    ``config_suffix`` drops the tp part when ``is_mla_model`` (SGLang decides by the
-    config flag, not the pool); ``shard`` = ``_{pp_size}_{pp_rank}`` if pp>1, then
-    ``_cp{rank}_{size}`` if attn-cp>1; DCP>1 appends ``_tp{tp}_dcp{r}_{n}_page{lp}`` to
-    both. Page hashes are any plain-safe fragment. ``clear_prefix()`` is ``""`` (SGLang
-    clears the whole directory)."""
-
-    name: ClassVar[str] = "sglang-file"
+class _SGLangNamedScheme(KeyScheme):
+    """Base of the schemes that reproduce SGLang's exact object names: those names carry
+    no namespace or salt (configuring one is a ``ValueError``), and they are built once,
+    at construction, from the parallel topology and SGLang's form of the model name
+    (``self._topo``, ``self._model``) by :meth:`_build_names`."""
 
     def __init__(
         self,
@@ -283,8 +277,28 @@ class SGLangFileKeyScheme(KeyScheme):
     ) -> None:
         _reject_namespace(self.name, namespace, namespace_salt)
         super().__init__(storage_config, model_name=model_name)
-        t = Topology.from_config(storage_config)
-        model = sglang_model_name(_model_of(storage_config, model_name))
+        self._topo = Topology.from_config(storage_config)
+        self._model = sglang_model_name(_model_of(storage_config, model_name))
+        self._build_names()
+
+    def _build_names(self) -> None:
+        raise NotImplementedError
+
+
+class SGLangFileKeyScheme(_SGLangNamedScheme):
+    """HiCacheFile 0.5.23: ``<hash><config_suffix>.bin`` for KV and
+    ``<hash>.<pool><suffix>.bin`` for other pools (``tp_config_suffix`` for ``mamba``,
+    ``config_suffix`` otherwise). ``tp_config_suffix = _{model}_{tp_rank}_{tp_size}{shard}``;
+    ``config_suffix`` drops the tp part when ``is_mla_model`` (SGLang decides by the
+    config flag, not the pool); ``shard`` = ``_{pp_size}_{pp_rank}`` if pp>1, then
+    ``_cp{rank}_{size}`` if attn-cp>1; DCP>1 appends ``_tp{tp}_dcp{r}_{n}_page{lp}`` to
+    both. Page hashes are any plain-safe fragment. ``clear_prefix()`` is ``""`` (SGLang
+    clears the whole directory)."""
+
+    name: ClassVar[str] = "sglang-file"
+
+    def _build_names(self) -> None:
+        t, model = self._topo, self._model
         shard = f"_{t.pp_size}_{t.pp_rank}" if t.pp_size > 1 else ""
         if t.attn_cp_size > 1:
             shard += f"_cp{t.attn_cp_rank}_{t.attn_cp_size}"
@@ -334,7 +348,7 @@ _DSV4 += "c4_indexer_scale c128 c128_rope c4_state c4_indexer_state c128_state"
 _MLA_PACKED_POOLS = frozenset({"indexer", "draft_indexer"} | {f"deepseek_v4_{c}" for c in _DSV4.split()})
 
 
-class SGLangMooncakeKeyScheme(KeyScheme):
+class SGLangMooncakeKeyScheme(_SGLangNamedScheme):
     """MooncakeStore 0.5.23 object keys: ``[prefix_]<hash><suffix>`` where
     ``prefix = "_".join([extra_backend_tag?, model?, tp{tp}_dcp{n}_page{lp}_pp{pp}_cp{cp}?])``
     (the DCP part only when dcp>1). ``mha = "{tp_rank}"`` (``"{tp_rank}_{pp_rank}"`` when
@@ -356,23 +370,13 @@ class SGLangMooncakeKeyScheme(KeyScheme):
 
     name: ClassVar[str] = "sglang-mooncake"
 
-    def __init__(
-        self,
-        storage_config: Any,
-        *,
-        model_name: Optional[str] = None,
-        namespace: str = "",
-        namespace_salt: Optional[str] = None,
-    ) -> None:
-        _reject_namespace(self.name, namespace, namespace_salt)
-        super().__init__(storage_config, model_name=model_name)
-        t = self._topo = Topology.from_config(storage_config)
+    def _build_names(self) -> None:
+        t, model = self._topo, self._model
         parts: list[str] = []
-        extra = getattr(storage_config, "extra_config", None) or {}
+        extra = getattr(self.storage_config, "extra_config", None) or {}
         tag = extra.get("extra_backend_tag") if isinstance(extra, dict) else None
         if tag is not None:
             parts.append(check_plain_fragment(str(tag), "extra_backend_tag"))
-        model = sglang_model_name(_model_of(storage_config, model_name))
         if model:
             parts.append(model)
         if t.dcp_size > 1:
