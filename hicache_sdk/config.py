@@ -18,20 +18,23 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
-import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar, Union, get_args, get_origin
+from dataclasses import MISSING, dataclass, field
+from typing import Any, ClassVar, TypeVar
 
+from .config_values import coerce
 from .errors import ConfigError
+from .units import describe_value
 
 __all__ = [
     "BackendConfig",
     "LOADER_KEYS",
     "parse_config_arg",
     "secret_field",
+    "setting",
 ]
 
 #: Keys SGLang's dynamic loader (and our bridge) put into ``extra_config``.
@@ -42,9 +45,84 @@ LOADER_KEYS = frozenset(
 C = TypeVar("C", bound="BackendConfig")
 
 
+def setting(
+    default: Any = MISSING,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    allow: tuple[Any, ...] = (),
+    unit: str | None = None,
+    secret: bool = False,
+    env: str | tuple[str, ...] | None = None,
+) -> Any:
+    """A config field with its documented range, unit and sources.
+
+    * ``default``: omit it for a required field (configs are keyword-only, so a required
+      field may follow optional ones); a missing one is a :class:`ConfigError` naming it.
+    * ``ge`` / ``gt`` / ``le`` / ``lt``: the range, checked for every value however it was
+      given; ``allow`` lists special values accepted outside it (``-1`` = "forever").
+      Numbers are always finite: NaN and infinities are refused.
+    * ``unit``: ``"bytes"`` accepts human sizes (``"4gb"``, ``"200M"``, ``"64Ki"``),
+      ``"seconds"`` human durations (``"250ms"``); see :mod:`hicache_sdk.units`.
+    * ``secret``: never shown in reprs, logs, errors or reports.
+    * ``env``: extra environment variable name(s) read for this field (SGLang's own names).
+    """
+    meta: dict[str, Any] = {}
+    if any(b is not None for b in (ge, gt, le, lt)):
+        meta["range"] = (ge, gt, le, lt)
+    if allow:
+        meta["allow"] = tuple(allow)
+    if unit is not None:
+        if unit not in ("bytes", "seconds"):
+            raise ValueError(f"setting: unit must be 'bytes' or 'seconds', got {unit!r}")
+        meta["unit"] = unit
+    if secret:
+        meta["secret"] = True
+    if env is not None:
+        meta["env"] = env
+    return field(default=default, repr=not secret, metadata=meta)
+
+
 def secret_field(default: Any = None, **metadata: Any) -> Any:
     """A config field whose value never appears in reprs, logs or reports."""
     return field(default=default, repr=False, metadata={"secret": True, **metadata})
+
+
+def _range_text(rng: tuple[float | None, ...], allow: tuple[Any, ...]) -> str:
+    ge, gt, le, lt = rng
+    parts = []
+    if ge is not None:
+        parts.append(f">= {ge:g}")
+    if gt is not None:
+        parts.append(f"> {gt:g}")
+    if le is not None:
+        parts.append(f"<= {le:g}")
+    if lt is not None:
+        parts.append(f"< {lt:g}")
+    text = " and ".join(parts)
+    return text + (f" (or {', '.join(repr(a) for a in allow)})" if allow else "")
+
+
+def check_field(f: dataclasses.Field[Any], value: Any) -> None:
+    """Check one field's value against its declared range (and finiteness)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{f.name}: must be a finite number, got {value!r}")
+    allow = f.metadata.get("allow", ())
+    rng = f.metadata.get("range")
+    if rng is None or value in allow:
+        return
+    ge, gt, le, lt = rng
+    if (
+        (ge is not None and value < ge)
+        or (gt is not None and value <= gt)
+        or (le is not None and value > le)
+        or (lt is not None and value >= lt)
+    ):
+        raise ConfigError(f"{f.name}: must be {_range_text(rng, allow)}, got {value!r}")
 
 
 def parse_config_arg(value: str | None) -> dict[str, Any]:
@@ -84,100 +162,32 @@ def parse_config_arg(value: str | None) -> dict[str, Any]:
     return data
 
 
-def _coerce(name: str, tp: Any, value: Any) -> Any:
-    """Convert ``value`` (from JSON or an env string) to the annotated type ``tp``."""
-    origin = get_origin(tp)
-    if origin in (Union, types.UnionType):
-        args = [a for a in get_args(tp) if a is not type(None)]
-        is_null = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
-        if is_null and type(None) in get_args(tp):
-            return None
-        last: Exception | None = None
-        for a in args:
-            try:
-                return _coerce(name, a, value)
-            except ConfigError as e:
-                last = e
-        raise last or ConfigError(f"{name}: cannot convert {value!r}")
-    if tp is Any:
-        return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, int) and value in (0, 1):
-            return bool(value)
-        if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
-            return True
-        if isinstance(value, str) and value.strip().lower() in ("0", "false", "no", "off", ""):
-            return False
-        raise ConfigError(f"{name}: expected a boolean, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{name}: expected an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value.strip(), 0)
-            except ValueError:
-                pass
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(f"{name}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"{name}: expected a number, got {value!r}")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
-        raise ConfigError(f"{name}: expected a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{name}: expected a string, got {type(value).__name__}")
-    if origin in (tuple, list) or tp in (tuple, list):
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                value = [v for v in value.split(",") if v]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{name}: expected a list, got {value!r}")
-        item_types = get_args(tp)
-        inner = item_types[0] if item_types else Any
-        return tuple(_coerce(name, inner, v) for v in value)
-    if origin is dict or tp is dict:
-        if isinstance(value, str):
-            value = json.loads(value)
-        if not isinstance(value, dict):
-            raise ConfigError(f"{name}: expected an object, got {value!r}")
-        return dict(value)
-    return value
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BackendConfig:
-    """Settings every backend shares. Subclasses add their own fields (with defaults).
+    """Settings every backend shares. Subclasses add their own fields (declare them with
+    :func:`setting` to give a range, a unit or a secret flag; a field with no default is
+    required). Defaults and ranges:
 
-    * ``key_scheme``: how page hashes map to objects: ``"default"`` (one object per page
-      with a header; namespace encodes model, dtype, layout, geometry and parallel
-      coordinates), ``"sglang-file"`` or ``"sglang-mooncake"`` (SGLang 0.5.23's exact
-      names and raw bytes).
-    * ``namespace``: an extra, non-secret namespace component (e.g. a test namespace).
-    * ``namespace_salt``: a secret salt that keeps tenants sharing a store apart.
-    * ``model_name``: overrides the model name from ``HiCacheStorageConfig``.
-    * ``exists_timeout_s`` / ``transfer_timeout_s``: deadlines of existence queries and
-      of transfers (``0`` disables the deadline; the transport's own timeouts still apply).
-    * ``breaker_failures`` / ``breaker_reset_s``: the circuit breaker opens after that
-      many consecutive failures and lets a probe through after that back-off.
-    * ``max_abandoned``: abandoned (timed-out, still running) calls allowed before the
-      breaker opens.
-    * ``staging_bytes``: the most SDK-owned staging memory for deadline-safe I/O.
-    * ``checksum``: store and verify a payload checksum (default scheme only).
+    * ``key_scheme`` ["default"]: how page hashes map to objects: ``"default"`` (one object
+      per page with a header; the namespace encodes model, dtype, layout, geometry and
+      parallel coordinates), ``"sglang-file"`` or ``"sglang-mooncake"`` (SGLang 0.5.23's
+      exact names and raw bytes).
+    * ``namespace`` [""]: an extra, non-secret namespace component (e.g. a test namespace).
+    * ``namespace_salt`` [None, secret]: keeps tenants sharing a store apart.
+    * ``model_name`` [None]: overrides the model name from ``HiCacheStorageConfig``.
+    * ``exists_timeout_s`` [0.2, 0..3600 s] / ``transfer_timeout_s`` [5.0, 0..3600 s]:
+      deadlines of existence queries and of transfers (``0`` disables the deadline; the
+      transport's own timeouts still apply).
+    * ``breaker_failures`` [5, 1..10^6] / ``breaker_reset_s`` [1.0, 0..3600 s]: the circuit
+      breaker opens after that many consecutive failures and lets a probe through after that
+      back-off.
+    * ``max_abandoned`` [8, 0..10^5]: abandoned (timed-out, still running) calls allowed
+      before the breaker opens.
+    * ``staging_bytes`` [256 MiB, 0..1 TiB]: the most SDK-owned staging memory for
+      deadline-safe I/O (human sizes accepted).
+    * ``exists_cache_ttl_s`` [0, 0..10^9 s or -1]: positive existence answers are remembered
+      this long (``0`` off, ``-1`` forever); see ``docs/transport-kit.md``.
+    * ``checksum`` [False]: store and verify a payload checksum (default scheme only).
     """
 
     env_prefix: ClassVar[str] = ""
@@ -186,12 +196,13 @@ class BackendConfig:
     namespace: str = ""
     namespace_salt: str | None = secret_field(None)
     model_name: str | None = None
-    exists_timeout_s: float = 0.2
-    transfer_timeout_s: float = 5.0
-    breaker_failures: int = 5
-    breaker_reset_s: float = 1.0
-    max_abandoned: int = 8
-    staging_bytes: int = 256 << 20
+    exists_timeout_s: float = setting(0.2, ge=0, le=3600, unit="seconds")
+    transfer_timeout_s: float = setting(5.0, ge=0, le=3600, unit="seconds")
+    breaker_failures: int = setting(5, ge=1, le=1_000_000)
+    breaker_reset_s: float = setting(1.0, ge=0, le=3600, unit="seconds")
+    max_abandoned: int = setting(8, ge=0, le=100_000)
+    staging_bytes: int = setting(256 << 20, ge=0, le=1 << 40, unit="bytes")
+    exists_cache_ttl_s: float = setting(0.0, ge=0, le=1e9, allow=(-1,), unit="seconds")
     checksum: bool = False
 
     @classmethod
@@ -212,12 +223,12 @@ class BackendConfig:
                 env_names += [extra] if isinstance(extra, str) else list(extra)
             for en in env_names:
                 if en in env:
-                    values[name] = _coerce(name, hints[name], env[en])
+                    values[name] = coerce(name, hints[name], env[en], f.metadata.get("unit"))
                     break
         unknown = []
         for key, value in mapping.items():
             if key in flds:
-                values[key] = _coerce(key, hints[key], value)
+                values[key] = coerce(key, hints[key], value, flds[key].metadata.get("unit"))
             elif key not in LOADER_KEYS and key not in cls.ignored_keys():
                 unknown.append(key)
         if unknown:
@@ -228,8 +239,18 @@ class BackendConfig:
             raise ConfigError(
                 f"{cls.__name__}: unknown config key(s) {', '.join(msgs)}; valid keys: {', '.join(sorted(flds))}"
             )
+        missing = [
+            n
+            for n, f in flds.items()
+            if n not in values and f.default is MISSING and f.default_factory is MISSING
+        ]
+        if missing:
+            hint = ", ".join(f"{n!r} (or {prefix}{n.upper()})" for n in missing)
+            raise ConfigError(f"{cls.__name__}: missing required config key(s) {hint}")
         try:
             return cls(**values)
+        except ConfigError:
+            raise
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{cls.__name__}: {e}") from e
 
@@ -239,17 +260,20 @@ class BackendConfig:
         return frozenset()
 
     def __post_init__(self) -> None:
+        hints: dict[str, Any] | None = None
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            unit = f.metadata.get("unit")
+            if unit is not None and isinstance(value, str):
+                hints = hints or typing.get_type_hints(type(self))
+                value = coerce(f.name, hints[f.name], value, unit)
+                object.__setattr__(self, f.name, value)
+            check_field(f, value)
         if self.key_scheme not in ("default", "sglang-file", "sglang-mooncake"):
-            raise ValueError(
-                f"key_scheme must be 'default', 'sglang-file' or 'sglang-mooncake', got {self.key_scheme!r}"
+            raise ConfigError(
+                "key_scheme: must be 'default', 'sglang-file' or 'sglang-mooncake', "
+                f"got {describe_value(self.key_scheme)}"
             )
-        for n in ("exists_timeout_s", "transfer_timeout_s", "breaker_reset_s"):
-            if getattr(self, n) < 0:
-                raise ValueError(f"{n} must be >= 0, got {getattr(self, n)!r}")
-        if self.breaker_failures < 1:
-            raise ValueError(f"breaker_failures must be >= 1, got {self.breaker_failures!r}")
-        if self.max_abandoned < 0:
-            raise ValueError(f"max_abandoned must be >= 0, got {self.max_abandoned!r}")
 
     def redacted(self) -> dict[str, Any]:
         """The config as a dict with every secret replaced by ``"***"`` (or ``None``)."""

@@ -15,6 +15,7 @@ This module never imports torch at import time; tensors appear only in type hint
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, List, Optional
@@ -153,9 +154,13 @@ class HiCacheStorageConfig:
         parts = []
         for n in self.__slots__:
             v = getattr(self, n)
-            if n == "extra_config" and isinstance(v, dict):
-                v = "{" + ", ".join(f"{k!r}: ..." for k in v) + "}"
-                parts.append(f"{n}={v}")
+            if n == "extra_config" and v is not None:
+                # Any mapping (dict, MappingProxyType, ...) or anything else: never a value.
+                if isinstance(v, Mapping):
+                    shown = "{" + ", ".join(f"{k!r}: ..." for k in v) + "}"
+                else:
+                    shown = f"<{type(v).__name__}>"
+                parts.append(f"{n}={shown}")
             elif n == "unknown_fields":
                 if v:
                     parts.append(f"{n}={sorted(v)!r}")

@@ -10,13 +10,13 @@ environment, except for the root directory, which follows SGLang's order (see
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from dataclasses import dataclass
 from typing import ClassVar
 
-from hicache_sdk.config import BackendConfig
+from hicache_sdk.config import BackendConfig, setting
+from hicache_sdk.errors import ConfigError
+from hicache_sdk.units import parse_size as _parse_size
 
 __all__ = ["DEFAULT_ROOT", "SGLANG_DIR_ENV", "FileConfig", "parse_size", "resolve_root"]
 
@@ -25,51 +25,16 @@ DEFAULT_ROOT = "/tmp/hicache"
 #: SGLang's environment variable for the directory (wins over ``file_storage_path``).
 SGLANG_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
 
-_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-_IEC = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
-_SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
-
 
 def parse_size(value: str | int, name: str = "max_size") -> int:
-    """Parse a byte count the way SGLang's ``human_readable_int`` does.
-
-    Accepts a plain integer, SI suffixes (``k``, ``M``, ``G``, ``T``; decimals allowed:
-    ``"25.6k"`` is 25600) and IEC suffixes (``Ki``, ``Mi``, ``Gi``, ``Ti``; integers only).
-    Suffixes are case-sensitive. ``""`` and ``"0"`` mean 0 (no limit). Unlike SGLang, an
-    invalid value raises ``ValueError`` naming ``name`` instead of silently disabling the cap.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"{name}: expected a size, got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value!r}")
-        return value
-    s = value.strip()
-    if not s:
-        return 0
-    m = _SIZE_RE.fullmatch(s)
-    if m:
-        number, suffix = m.groups()
-        if suffix in _IEC:
-            if "." in number:
-                raise ValueError(f"{name}: decimals are not allowed with IEC suffix {suffix!r}: {value!r}")
-            return int(number) * _IEC[suffix]
-        try:
-            return int(Decimal(number) * _SI[suffix])
-        except InvalidOperation as e:  # pragma: no cover - the regex guarantees digits
-            raise ValueError(f"{name}: invalid size {value!r}") from e
-    try:
-        n = int(s)
-    except ValueError:
-        raise ValueError(
-            f"{name}: invalid size {value!r} (use an integer, SI suffixes 1k/1M/1G or IEC 1Ki/1Mi/1Gi)"
-        ) from None
-    if n < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return n
+    """A byte count as SGLang's ``human_readable_int`` reads it (``"200G"`` = 200 * 10^9,
+    ``"64Gi"`` = 64 * 2^30, ``""`` = 0); the core parser (:func:`hicache_sdk.units.parse_size`),
+    which also takes ``"4gb"``. Unlike SGLang, an invalid value raises a ``ConfigError``
+    naming ``name`` instead of silently disabling the cap."""
+    return _parse_size(value, name)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FileConfig(BackendConfig):
     """Settings of the file backend (defaults in brackets).
 
@@ -113,55 +78,39 @@ class FileConfig(BackendConfig):
 
     env_prefix: ClassVar[str] = "FILE"
 
-    transfer_timeout_s: float = 0.0
+    transfer_timeout_s: float = setting(0.0, ge=0, le=3600, unit="seconds")
 
     root: str | None = None
     file_storage_path: str | None = None
-    io_threads: int = 4
-    cold_read_threads: int = 8
-    max_bytes: int = 0
-    max_size: str = field(default="", metadata={"env": "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE"})
-    min_free_space: str = field(default="", metadata={"env": "SGLANG_HICACHE_FILE_BACKEND_MIN_FREE_SPACE"})
-    eviction_ratio: float = field(default=0.9, metadata={"env": "SGLANG_HICACHE_FILE_BACKEND_EVICTION_RATIO"})
-    file_mode: int = 0o600
-    dir_mode: int = 0o700
+    io_threads: int = setting(4, ge=1, le=256)
+    cold_read_threads: int = setting(8, ge=1, le=256)
+    max_bytes: int = setting(0, ge=0, le=1 << 60, unit="bytes")
+    max_size: str = setting("", env="SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE")
+    min_free_space: str = setting("", env="SGLANG_HICACHE_FILE_BACKEND_MIN_FREE_SPACE")
+    eviction_ratio: float = setting(0.9, gt=0, le=1, env="SGLANG_HICACHE_FILE_BACKEND_EVICTION_RATIO")
+    file_mode: int = setting(0o600, ge=0, le=0o777)
+    dir_mode: int = setting(0o700, ge=0, le=0o777)
     strict_root: bool = True
-    enable_metadata_cache: bool = field(
-        default=False, metadata={"env": "SGLANG_HICACHE_FILE_BACKEND_ENABLE_METADATA_CACHE"}
+    enable_metadata_cache: bool = setting(False, env="SGLANG_HICACHE_FILE_BACKEND_ENABLE_METADATA_CACHE")
+    metadata_ttl: float = setting(
+        5.0, ge=0, le=1e9, allow=(-1,), unit="seconds", env="SGLANG_HICACHE_FILE_BACKEND_METADATA_TTL"
     )
-    metadata_ttl: float = field(default=5.0, metadata={"env": "SGLANG_HICACHE_FILE_BACKEND_METADATA_TTL"})
     fsync: bool = False
     direct_io: bool = True
-    stale_temp_s: float = 600.0
+    stale_temp_s: float = setting(600.0, ge=0, le=1e9, unit="seconds")
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.io_threads < 1:
-            raise ValueError(f"io_threads must be >= 1, got {self.io_threads!r}")
-        if self.cold_read_threads < 1:
-            raise ValueError(f"cold_read_threads must be >= 1, got {self.cold_read_threads!r}")
-        if self.max_bytes < 0:
-            raise ValueError(f"max_bytes must be >= 0, got {self.max_bytes!r}")
+        super().__post_init__()  # types, units, ranges and finiteness of every field
         parse_size(self.max_size, "max_size")
         parse_size(self.min_free_space, "min_free_space")
-        if not 0.0 < self.eviction_ratio <= 1.0:
-            raise ValueError(f"eviction_ratio must be in (0, 1], got {self.eviction_ratio!r}")
-        for n in ("file_mode", "dir_mode"):
-            v = getattr(self, n)
-            if not 0 <= v <= 0o777:
-                raise ValueError(f"{n} must be a permission mode in 0..0o777, got {v!r}")
         if self.dir_mode & 0o700 != 0o700:
-            raise ValueError(f"dir_mode must give the owner rwx, got {oct(self.dir_mode)}")
+            raise ConfigError(f"dir_mode: must give the owner rwx, got {oct(self.dir_mode)}")
         if self.file_mode & 0o600 != 0o600:
-            raise ValueError(f"file_mode must give the owner rw, got {oct(self.file_mode)}")
-        if self.metadata_ttl < 0 and self.metadata_ttl != -1:
-            raise ValueError(f"metadata_ttl must be >= 0 or -1, got {self.metadata_ttl!r}")
-        if self.stale_temp_s < 0:
-            raise ValueError(f"stale_temp_s must be >= 0, got {self.stale_temp_s!r}")
+            raise ConfigError(f"file_mode: must give the owner rw, got {oct(self.file_mode)}")
         for n in ("root", "file_storage_path"):
             v = getattr(self, n)
             if v is not None and ("\x00" in v or not v.strip()):
-                raise ValueError(f"{n} must be a non-empty path without NUL, got {v!r}")
+                raise ConfigError(f"{n}: must be a non-empty path without NUL")
 
     @property
     def byte_limit(self) -> int:
