@@ -35,7 +35,16 @@ from hicache_sdk.capabilities import Capabilities
 from hicache_sdk.spec import HiCacheStorage, HiCacheStorageConfig, PoolName
 
 from . import pools as P
-from .capabilities import missing_capabilities, test_level, test_requires, validate_waivers
+from .capabilities import (
+    PROFILES,
+    default_profile,
+    infer_capabilities,
+    missing_capabilities,
+    strict_reason,
+    test_level,
+    test_requires,
+    validate_waivers,
+)
 from .matrix import PoolCase, pool_cases
 from .raw import RawObjects, default_raw_objects, is_memory_backend
 from .watchdog import Watchdog
@@ -128,8 +137,10 @@ class BackendFactory:
 
     def teardown(self, clear: bool) -> None:
         for b in self.created:
+            close = getattr(b, "close", None)  # SGLang's base class has no close()
             try:
-                b.close()
+                if close is not None:
+                    close()
             except Exception:
                 pass
         if clear:
@@ -141,7 +152,8 @@ class BackendFactory:
                         )
                     )
                     b.clear()
-                    b.close()
+                    if hasattr(b, "close"):
+                        b.close()
                 except Exception:
                     pass
 
@@ -163,6 +175,9 @@ class SuiteBase:
     config: ClassVar[Mapping[str, Any]] = {}
     #: Override the backend class's declared capabilities (``None``: use the class's).
     declared_capabilities: ClassVar[Capabilities | None] = None
+    #: ``"contract"`` (what SGLang requires), ``"strict"`` (plus the SDK's own promises) or
+    #: ``None``: strict for a ``PagedStorage`` backend, contract for any other.
+    profile: ClassVar[str | None] = None
     #: test name -> reason; the test becomes a strict xfail.
     waivers: ClassVar[Mapping[str, str]] = {}
     #: ``"full"``, ``"pairwise"`` or ``"minimal"`` (see :mod:`hicache_conformance.matrix`).
@@ -197,10 +212,28 @@ class SuiteBase:
 
     @classmethod
     def capabilities_of(cls) -> Capabilities:
+        """The test class's ``declared_capabilities``, else the backend class's own
+        declaration, else what the class implements (see :func:`infer_capabilities`)."""
         if cls.declared_capabilities is not None:
             return cls.declared_capabilities
-        caps = getattr(cls.backend_class(), "capabilities", None)
-        return caps if isinstance(caps, Capabilities) else Capabilities()
+        return infer_capabilities(cls.backend_class())[0]
+
+    @classmethod
+    def inferred_capabilities(cls) -> tuple[str, ...]:
+        """The capabilities that were inferred (true) rather than declared; ``()`` when
+        the backend or the test class declares them."""
+        if cls.declared_capabilities is not None:
+            return ()
+        return infer_capabilities(cls.backend_class())[1]
+
+    @classmethod
+    def active_profile(cls) -> str:
+        """The profile in force (see ``profile``); raises ``pytest.UsageError`` for an
+        unknown one."""
+        prof = cls.profile or default_profile(cls.backend_class())
+        if prof not in PROFILES:
+            raise pytest.UsageError(f"profile must be one of {', '.join(PROFILES)}, got {prof!r}")
+        return prof
 
     def build_backend(self, storage_config: HiCacheStorageConfig) -> HiCacheStorage:
         """Construct the way SGLang's dynamic loader does: ``cls(storage_config, {})``."""
@@ -274,6 +307,10 @@ class SuiteBase:
         missing = missing_capabilities(caps, needed)
         if missing:
             pytest.skip(f"backend does not declare {', '.join(missing)}")
+        why = strict_reason(fn)
+        request.node.user_properties.append(("hicache_rule", "strict" if why else "contract"))
+        if why is not None and self.active_profile() != "strict":
+            pytest.skip(f"strict-only rule (profile {self.active_profile()}): {why}")
         waivers = validate_waivers(self.waivers)
         if name in waivers:
             request.applymarker(pytest.mark.xfail(strict=True, reason=f"waived: {waivers[name]}"))

@@ -18,7 +18,7 @@ import pytest
 
 from .. import pools as P
 from ..base import Attached, BackendFactory, SuiteBase
-from ..capabilities import level
+from ..capabilities import level, strict_only
 from ..matrix import PoolCase
 from ..raw import RawObjects
 
@@ -120,6 +120,10 @@ class RawObjectTests(SuiteBase):
         assert self.read(fresh, [key], 20) == [data], "a new instance did not read the planted object"
 
     @level(1)
+    @strict_only(
+        "the SDK's default scheme stores an integrity trailer with every page: an object damaged "
+        "out of band (bit rot, a foreign writer) must read as a miss, never be copied into the KV pool"
+    )
     def test_planted_garbage_is_a_miss_and_removed(
         self, backend_factory: BackendFactory, raw_pages: Any
     ) -> None:
@@ -174,7 +178,10 @@ class RawObjectTests(SuiteBase):
             )
             assert got == want, f"page {i} read back bytes that are not the page written"
         if raw_pages is None:
-            return
+            pytest.skip(
+                "in-band half passed; the out-of-band half (an object cut short below the backend) "
+                "did not run: no raw_pages access for this backend"
+            )
         raw: RawObjects = raw_pages
         (cut,) = self.keys(backend_factory.namespace, "torn-cut", 1)
         _, new = self._write_and_find(raw, att, cut, 20)
