@@ -15,10 +15,9 @@ import tempfile
 from typing import Any
 
 import pytest
-from sglang.srt.mem_cache import hicache_storage as sgl
-
 from hicache_conformance import BackendSuite
 from hicache_conformance.capabilities import infer_capabilities
+from sglang.srt.mem_cache import hicache_storage as sgl
 
 _ROOT = tempfile.mkdtemp(prefix="hicache-sglang-conformance-")
 
