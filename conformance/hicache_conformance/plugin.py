@@ -84,7 +84,16 @@ def configured_suite() -> type | None:
             return private_store_config(capacity_bytes)
 
         attrs["capacity_config"] = capacity_config
-    return type("TestConfiguredBackend", (BackendSuite,), attrs)
+    from hicache_sdk import PagedStorage
+
+    from .suite import TransportTests
+
+    cls = resolve_backend_class(attrs["backend"])
+    # a PagedStorage backend's own transport is certified too, below the adapter
+    bases: tuple[type, ...] = (BackendSuite,)
+    if isinstance(cls, type) and issubclass(cls, PagedStorage):
+        bases = (BackendSuite, TransportTests)
+    return type("TestConfiguredBackend", bases, attrs)
 
 
 def _memory_fault_hooks(cls: type) -> Any:

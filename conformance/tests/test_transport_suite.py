@@ -1,0 +1,63 @@
+"""``TransportTests`` on the shipped transports (memory, file) and on broken transports,
+each of which must fail the test named for its fault (and the memory reference under it
+must pass that same test)."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import pytest
+from hicache_conformance import TransportTests
+from hicache_conformance.broken.transports import BROKEN_TRANSPORTS
+
+_ROOT = tempfile.mkdtemp(prefix="hicache-transport-conformance-")
+atexit.register(shutil.rmtree, _ROOT, True)
+
+
+class TestMemoryTransport(TransportTests):
+    backend = "memory"
+
+
+class TestFileTransport(TransportTests):
+    backend = "file"
+    config = {"root": _ROOT}
+
+
+CLASS = """
+class Test_{name}(TransportTests):
+    backend = BROKEN_TRANSPORTS[{name!r}][0]
+"""
+
+
+@pytest.fixture(scope="module")
+def broken_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("broken-transports")
+    src = [
+        "from hicache_conformance import TransportTests",
+        "from hicache_conformance.broken.transports import BROKEN_TRANSPORTS",
+    ]
+    src += [CLASS.format(name=n) for n in BROKEN_TRANSPORTS]
+    (tmp / "test_bt.py").write_text("\n".join(src))
+    (tmp / "pytest.ini").write_text("[pytest]\n")
+    out = tmp / "report.json"
+    cmd = [sys.executable, "-m", "pytest", str(tmp / "test_bt.py"), "-q", "-p", "no:cacheprovider"]
+    cmd += ["-c", str(tmp / "pytest.ini"), "--rootdir", str(tmp), "--hicache-report", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_TRANSPORTS))
+def test_broken_transport_fails_its_named_test_only(broken_report: dict[str, Any], name: str) -> None:
+    fails = BROKEN_TRANSPORTS[name][1]
+    outcomes: dict[str, set[str]] = {}
+    for nid, t in broken_report["tests"].items():
+        if f"Test_{name}::" in nid:
+            outcomes.setdefault(nid.split("::")[-1].split("[")[0], set()).add(t["outcome"])
+    assert outcomes.get(fails) == {"failed"}, (name, outcomes)
