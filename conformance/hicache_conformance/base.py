@@ -178,6 +178,10 @@ class SuiteBase:
     #: ``"contract"`` (what SGLang requires), ``"strict"`` (plus the SDK's own promises) or
     #: ``None``: strict for a ``PagedStorage`` backend, contract for any other.
     profile: ClassVar[str | None] = None
+    #: extra-config key -> template with ``{namespace}``: how each test namespace is
+    #: isolated when the key scheme has no namespace (``hicache check --isolate``), e.g.
+    #: ``{"root": "/tmp/cc/{namespace}"}``. Empty: :meth:`namespace_config`'s default.
+    isolate: ClassVar[Mapping[str, str]] = {}
     #: test name -> reason; the test becomes a strict xfail.
     waivers: ClassVar[Mapping[str, str]] = {}
     #: ``"full"``, ``"pairwise"`` or ``"minimal"`` (see :mod:`hicache_conformance.matrix`).
@@ -247,14 +251,18 @@ class SuiteBase:
     def namespace_config(self, namespace: str) -> dict[str, Any]:
         """Extra-config settings that isolate ``namespace``: ``{"namespace": ns}`` under
         the default scheme; a private store under ``sglang-*`` schemes for ``memory``.
-        Any other backend tested with an ``sglang-*`` scheme must override this."""
+        Any other backend tested with an ``sglang-*`` scheme must override this or set
+        ``isolate`` (from the command line: ``hicache check NAME --isolate KEY=TEMPLATE``)."""
+        if self.isolate:
+            return {k: str(v).replace("{namespace}", namespace) for k, v in self.isolate.items()}
         if self.key_scheme() == "default":
             return {"namespace": namespace}
         if is_memory_backend(self.backend_class()):
             return {"store": namespace}
         raise pytest.UsageError(
-            f"key scheme {self.key_scheme()!r} takes no namespace: override namespace_config(ns) in "
-            f"{type(self).__name__} to isolate each test namespace (e.g. a private root or store)"
+            f"key scheme {self.key_scheme()!r} takes no namespace: isolate each test namespace with "
+            f"`hicache check NAME --isolate KEY=TEMPLATE` (e.g. --isolate 'root=/tmp/cc/{{namespace}}'), "
+            f"or override namespace_config(ns) in {type(self).__name__}"
         )
 
     def child_backend_ref(self) -> str | None:

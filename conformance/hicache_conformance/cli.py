@@ -50,6 +50,14 @@ def _parser() -> argparse.ArgumentParser:
         help="contract: what SGLang 0.5.23 requires; strict: plus the SDK's promises "
         "(default: strict for PagedStorage backends, contract otherwise)",
     )
+    p.add_argument(
+        "--isolate",
+        action="append",
+        default=None,
+        metavar="KEY=TEMPLATE",
+        help="isolate each test namespace through this extra-config key ({namespace} replaced), "
+        "for key schemes without a namespace, e.g. --isolate 'root=/tmp/cc/{namespace}'",
+    )
     p.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression")
     p.add_argument("-q", "--quiet", action="store_true", help="less output")
     return p
@@ -74,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as e:
             print(f"hicache check: {e}", file=sys.stderr)
             return 2
-    cause = _preflight(args.backend, args.config)
+    cause = _preflight(args.backend, args.config, bool(args.isolate))
     if cause is not None:
         print(f"hicache check: {args.backend}: {cause}", file=sys.stderr)
         if args.report:
@@ -100,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             pargs += ["--hicache-matrix", args.matrix]
         if args.profile:
             pargs += ["--hicache-profile", args.profile]
+        for item in args.isolate or []:
+            pargs += ["--hicache-isolate", item]
         if args.keyword:
             pargs += ["-k", args.keyword]
         if args.quiet:
@@ -112,9 +122,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.modules.pop("hicache_conformance.suite.test_configured", None)
 
 
-def _preflight(backend: str, config_arg: str | None) -> str | None:
+def _preflight(backend: str, config_arg: str | None, isolated: bool = False) -> str | None:
     """Why the backend cannot be used at all (one line), or ``None``: the class must
-    resolve and, for a backend with a ``config_cls``, the config must parse."""
+    resolve; for a backend with a ``config_cls``, the config must parse; a key scheme
+    without a namespace needs ``--isolate`` (except on ``memory``)."""
     try:
         from hicache_sdk.config import parse_config_arg
 
@@ -127,6 +138,15 @@ def _preflight(backend: str, config_arg: str | None) -> str | None:
         cls = resolve_backend_class(backend)
     except Exception as e:
         return f"cannot import the backend: {type(e).__name__}: {e}"
+    scheme = str(config.get("key_scheme", "default"))
+    if scheme != "default" and not isolated:
+        from .raw import is_memory_backend
+
+        if not is_memory_backend(cls):
+            return (
+                f"key scheme {scheme!r} takes no namespace: isolate each test namespace with "
+                f"--isolate KEY=TEMPLATE (e.g. --isolate 'root=/tmp/cc/{{namespace}}')"
+            )
     cfg_cls = getattr(cls, "config_cls", None)
     from_mapping = getattr(cfg_cls, "from_mapping", None)
     if callable(from_mapping):

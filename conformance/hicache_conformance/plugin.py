@@ -42,6 +42,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="contract (what SGLang requires) or strict (plus the SDK's promises); default: strict "
         "for PagedStorage backends, contract otherwise",
     )
+    g.addoption(
+        "--hicache-isolate",
+        action="append",
+        default=None,
+        help="KEY=TEMPLATE: extra-config key that isolates each test namespace, {namespace} "
+        "replaced (for key schemes without a namespace), repeatable",
+    )
     g.addoption("--hicache-report", default=None, help="write the JSON conformance report here")
     g.addoption(
         "--hicache-matrix",
@@ -49,6 +56,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=["full", "pairwise", "minimal"],
         help="host-pool matrix (default: full for memory, pairwise otherwise)",
     )
+
+
+def parse_isolate(items: list[str] | None) -> dict[str, str]:
+    """``["root=/tmp/cc/{namespace}"]`` -> ``{"root": "/tmp/cc/{namespace}"}``. Raises
+    ``pytest.UsageError`` naming ``--isolate`` for an item without ``=`` or without
+    ``{namespace}`` (every test namespace would share one store)."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, template = item.partition("=")
+        if not sep or not key.strip():
+            raise pytest.UsageError(f"--isolate: expected KEY=TEMPLATE, got {item!r}")
+        if "{namespace}" not in template:
+            raise pytest.UsageError(
+                f"--isolate {key}: the template must contain {{namespace}}, got {template!r}"
+            )
+        out[key.strip()] = template
+    return out
 
 
 def configured_suite() -> type | None:
@@ -64,6 +88,7 @@ def configured_suite() -> type | None:
         "config": _active["config"],
         "matrix": _active["matrix"] or ("full" if name == "memory" else "pairwise"),
         "profile": _active.get("profile"),
+        "isolate": _active.get("isolate") or {},
     }
     hooks_factory = _memory_fault_hooks(resolve_backend_class(name)) if name == "memory" else None
     if hooks_factory is not None:
@@ -117,6 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config=parse_config_arg(config.getoption("--hicache-config")),
         matrix=config.getoption("--hicache-matrix"),
         profile=config.getoption("--hicache-profile"),
+        isolate=parse_isolate(config.getoption("--hicache-isolate")),
     )
     if str(_SUITE_FILE) not in config.args:
         explicit = config.args_source == pytest.Config.ArgsSource.ARGS

@@ -99,3 +99,16 @@ def test_check_runs_transport_tests_for_paged_backends_and_names_failed_rules(
     assert "test_transport_wrong_size_object_is_never_read" in names
     assert data["profile"] == "strict" and data["capabilities"]["inferred"] == []
     assert "memory: PASS (profile strict)" in capsys.readouterr().out
+
+
+def test_check_isolates_sglang_scheme_namespaces_from_the_command_line(tmp_path: Path) -> None:
+    config = json.dumps({"key_scheme": "sglang-file"})
+    base = ["file", "--config", config, "--level", "L1", "--matrix", "minimal", "-k", "byte_exact", "-q"]
+    report = tmp_path / "r.json"
+    rc = main([*base, "--isolate", f"root={tmp_path}/{{namespace}}", "--report", str(report)])
+    assert rc == 0
+    data = json.loads(report.read_text())
+    assert data["ok"] is True and any(t["outcome"] == "passed" for t in data["tests"].values())
+    assert any(p.name.startswith("hicache-conformance-") for p in tmp_path.iterdir())
+    assert main([*base, "--report", str(report)]) == 6  # no isolation: nothing runs
+    assert "--isolate" in json.loads(report.read_text())["error"]
