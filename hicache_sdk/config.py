@@ -159,9 +159,12 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BackendConfig:
-    """Settings every backend shares. Subclasses add their own fields (with defaults).
+    """Settings every backend shares. Subclasses add their own fields; a field without a
+    default is a required key (the base's fields are keyword-only, so a subclass may
+    declare ``url: str`` with no default), and a missing one is a :class:`ConfigError`
+    naming it, like an unknown one.
 
     * ``key_scheme``: how page hashes map to objects: ``"default"`` (one object per page
       with a header; namespace encodes model, dtype, layout, geometry and parallel
@@ -227,6 +230,18 @@ class BackendConfig:
                 msgs.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
             raise ConfigError(
                 f"{cls.__name__}: unknown config key(s) {', '.join(msgs)}; valid keys: {', '.join(sorted(flds))}"
+            )
+        missing = [
+            n
+            for n, f in flds.items()
+            if n not in values
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING  # type: ignore[misc]
+        ]
+        if missing:
+            raise ConfigError(
+                f"{cls.__name__}: missing required config key(s) "
+                + ", ".join(f"{n!r} (or env {prefix}{n.upper()})" for n in missing)
             )
         try:
             return cls(**values)
