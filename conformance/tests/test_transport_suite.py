@@ -13,8 +13,9 @@ import tempfile
 from typing import Any
 
 import pytest
-from hicache_conformance import TransportTests
+from hicache_conformance import BackendSuite, TransportTests
 from hicache_conformance.broken.transports import BROKEN_TRANSPORTS
+from hicache_conformance.raw_transport import TransportRawObjects
 
 _ROOT = tempfile.mkdtemp(prefix="hicache-transport-conformance-")
 atexit.register(shutil.rmtree, _ROOT, True)
@@ -39,7 +40,7 @@ class Test_{name}(TransportTests):
 def broken_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("broken-transports")
     src = [
-        "from hicache_conformance import TransportTests",
+        "from hicache_conformance import BackendSuite, TransportTests",
         "from hicache_conformance.broken.transports import BROKEN_TRANSPORTS",
     ]
     src += [CLASS.format(name=n) for n in BROKEN_TRANSPORTS]
@@ -61,3 +62,46 @@ def test_broken_transport_fails_its_named_test_only(broken_report: dict[str, Any
         if f"Test_{name}::" in nid:
             outcomes.setdefault(nid.split("::")[-1].split("[")[0], set()).add(t["outcome"])
     assert outcomes.get(fails) == {"failed"}, (name, outcomes)
+
+
+class TestRawAccessThroughTheTransport(BackendSuite):
+    """The raw-object tests with out-of-band access through the backend's own transport
+    (what any PagedStorage backend without a raw helper of its own gets)."""
+
+    backend = "memory"
+    matrix = "minimal"
+
+    @pytest.fixture
+    def raw_pages(self) -> TransportRawObjects:
+        return TransportRawObjects()
+
+    def capacity_config(self, capacity_bytes: int) -> dict[str, Any]:
+        from hicache_conformance.faults import private_store_config
+
+        return private_store_config(capacity_bytes)  # never bound the shared store
+
+
+def test_short_read_transport_fails_the_out_of_band_half(tmp_path: Any) -> None:
+    """Under a raw key scheme, a transport whose read copies a short object and returns
+    True is caught by the half-written-page test's out-of-band half."""
+    backend, _ = BROKEN_TRANSPORTS["ShortReadIsTrue"]
+    src = [
+        "import pytest",
+        "from hicache_conformance import BackendSuite",
+        "from hicache_conformance.broken.transports import BROKEN_TRANSPORTS",
+        "from hicache_conformance.raw_transport import TransportRawObjects",
+        "class TestShort(BackendSuite):",
+        "    backend = BROKEN_TRANSPORTS['ShortReadIsTrue'][0]",
+        "    config = {'key_scheme': 'sglang-file'}",
+        "    @pytest.fixture",
+        "    def raw_pages(self):",
+        "        return TransportRawObjects()",
+    ]
+    (tmp_path / "test_short.py").write_text("\n".join(src))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    cmd = [sys.executable, "-m", "pytest", str(tmp_path / "test_short.py"), "-q", "-p", "no:cacheprovider"]
+    cmd += ["-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), "-k", "half_written"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "an object cut short out of band was read as a hit" in proc.stdout
+    assert backend.__name__
