@@ -82,6 +82,7 @@ class BackendFactory:
         namespace: str,
         namespace_config: Callable[[str], Mapping[str, Any]] | None = None,
         backend_ref: str | None = None,
+        probe: Callable[[HiCacheStorage, str], int] | None = None,
     ) -> None:
         self._build = build
         self._config = dict(config)
@@ -91,6 +92,9 @@ class BackendFactory:
         self.namespace = namespace
         self.created: list[HiCacheStorage] = []
         self.namespaces: set[str] = {namespace}
+        #: ``probe(backend, ns)``: objects already in ``ns`` (out-of-band view), or ``None``.
+        self._probe = probe
+        self._proven: set[str] = set()
 
     def new_namespace(self) -> str:
         ns = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:12]}"
@@ -133,6 +137,17 @@ class BackendFactory:
         sc = self.storage_config(namespace=namespace, storage_config=storage_config, **overrides)
         backend = self._build(sc)
         self.created.append(backend)
+        ns = namespace or self.namespace
+        if self._probe is not None and ns not in self._proven:
+            held = self._probe(backend, ns)
+            if held:
+                self.namespaces.discard(ns)  # never cleared by the suite
+                raise pytest.UsageError(
+                    f"refusing to run in namespace {ns!r}: the store already holds {held} object(s) there "
+                    f"(the suite writes, plants garbage and clears only in a namespace it created and "
+                    f"proved empty; check the namespace / --isolate settings)"
+                )
+            self._proven.add(ns)
         return backend
 
     def teardown(self, clear: bool) -> None:
@@ -144,7 +159,9 @@ class BackendFactory:
             except Exception:
                 pass
         if clear:
-            for ns in sorted(self.namespaces):
+            # with an out-of-band view, only namespaces proved empty before use are cleared
+            todo = self._proven if self._probe is not None else self.namespaces
+            for ns in sorted(todo):
                 try:
                     b = self._build(
                         HiCacheStorageConfig(
@@ -287,16 +304,35 @@ class SuiteBase:
         return f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:12]}"
 
     @pytest.fixture
-    def backend_factory(self, hicache_namespace: str) -> Iterator[BackendFactory]:
+    def backend_factory(self, hicache_namespace: str, raw_pages: Any) -> Iterator[BackendFactory]:
         factory = BackendFactory(
             self.build_backend,
             self.config,
             hicache_namespace,
             namespace_config=self.namespace_config,
             backend_ref=self.child_backend_ref(),
+            probe=self._emptiness_probe(raw_pages),
         )
         yield factory
         factory.teardown(clear=self.capabilities_of().delete)
+
+    def _emptiness_probe(self, raw: Any) -> Callable[[HiCacheStorage, str], int] | None:
+        """How many objects a fresh namespace already holds, seen out of band (``None``
+        without out-of-band access). Under the default scheme object names carry the
+        namespace, so only names containing it count; otherwise (isolated store or root)
+        every object counts."""
+        if raw is None:
+            return None
+        scoped = self.key_scheme() == "default" and not self.isolate
+
+        def probe(backend: HiCacheStorage, ns: str) -> int:
+            try:
+                names = raw.names(backend)
+            except Exception:
+                return 0  # no listing: nothing proven, nothing refused
+            return sum(1 for n in names if ns in n) if scoped else len(names)
+
+        return probe
 
     @pytest.fixture
     def fault_hooks(self) -> Any:

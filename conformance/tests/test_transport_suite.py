@@ -105,3 +105,37 @@ def test_short_read_transport_fails_the_out_of_band_half(tmp_path: Any) -> None:
     assert proc.returncode == 1, proc.stdout[-2000:]
     assert "an object cut short out of band was read as a hit" in proc.stdout
     assert backend.__name__
+
+
+def test_a_namespace_that_already_holds_objects_is_refused(tmp_path: Any) -> None:
+    """Pointed (by a wrong isolation setting) at a store that already holds objects, the
+    suite refuses to touch it, with a clear message, and leaves the objects alone."""
+    src = [
+        "from hicache_conformance import BackendSuite",
+        "from hicache_sdk.memory_backend import MemoryTransport",
+        "import ctypes",
+        "_buf = ctypes.create_string_buffer(b'precious', 8)",
+        "MemoryTransport(store='prod-like').write(['precious'], [[(ctypes.addressof(_buf), 8)]])",
+        "class TestWrongIsolation(BackendSuite):",
+        "    backend = 'memory'",
+        "    config = {'key_scheme': 'sglang-file'}",
+        "    def namespace_config(self, ns):",
+        "        return {'store': 'prod-like'}  # wrong: every namespace shares one store",
+        "def test_precious_is_still_there():",
+        "    from hicache_sdk.memory_backend import MemoryTransport",
+        "    assert MemoryTransport(store='prod-like').exists(['precious']) == [8]",
+    ]
+    (tmp_path / "test_wrong.py").write_text("\n".join(src))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    cmd = [sys.executable, "-m", "pytest", str(tmp_path / "test_wrong.py"), "-q", "-p", "no:cacheprovider"]
+    cmd += [
+        "-c",
+        str(tmp_path / "pytest.ini"),
+        "--rootdir",
+        str(tmp_path),
+        "-k",
+        "clear or garbage or precious",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert "refusing to run in namespace" in proc.stdout, proc.stdout[-2000:]
+    assert "1 passed" in proc.stdout  # the planted object survived
