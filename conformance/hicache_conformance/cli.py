@@ -83,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"hicache check: {e}", file=sys.stderr)
             return 2
     cause = _preflight(args.backend, args.config, bool(args.isolate))
+    if cause is None:
+        cause = _try_construct(args.backend, args.config, args.isolate or [])
     if cause is not None:
         print(f"hicache check: {args.backend}: {cause}", file=sys.stderr)
         if args.report:
@@ -157,6 +159,39 @@ def _preflight(backend: str, config_arg: str | None, isolated: bool = False) -> 
             from_mapping(probe)
         except Exception as e:
             return f"config rejected: {type(e).__name__}: {e}"
+    return None
+
+
+def _try_construct(backend: str, config_arg: str | None, isolate: list[str]) -> str | None:
+    """Why one backend cannot be constructed the way SGLang's loader does it, in a
+    conformance namespace (construction must not connect, so this does no I/O on a
+    well-behaved backend), or ``None``."""
+    from hicache_sdk.config import parse_config_arg
+    from hicache_sdk.spec import HiCacheStorageConfig
+
+    from .base import NAMESPACE_PREFIX, resolve_backend_class
+
+    ns = f"{NAMESPACE_PREFIX}preflight"
+    config = parse_config_arg(config_arg)
+    if isolate:
+        for item in isolate:
+            key, _, template = item.partition("=")
+            config[key.strip()] = template.replace("{namespace}", ns)
+    elif str(config.get("key_scheme", "default")) == "default":
+        config["namespace"] = ns
+    else:
+        config["store"] = ns  # memory under an sglang-* scheme (others need --isolate)
+    try:
+        cls = resolve_backend_class(backend)
+        b = cls(HiCacheStorageConfig(model_name="conformance/model", extra_config=config), {})
+    except Exception as e:
+        return f"cannot construct the backend: {type(e).__name__}: {e}"
+    close = getattr(b, "close", None)
+    try:
+        if close is not None:
+            close()
+    except Exception:
+        pass
     return None
 
 

@@ -6,6 +6,8 @@ from typing import Any
 
 from hicache_conformance.cli import EXIT_BACKEND_UNUSABLE, main
 
+from hicache_sdk.memory_backend import MemoryStorage
+
 
 def test_check_memory_passes_and_writes_report(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
@@ -112,3 +114,17 @@ def test_check_isolates_sglang_scheme_namespaces_from_the_command_line(tmp_path:
     assert any(p.name.startswith("hicache-conformance-") for p in tmp_path.iterdir())
     assert main([*base, "--report", str(report)]) == 6  # no isolation: nothing runs
     assert "--isolate" in json.loads(report.read_text())["error"]
+
+
+class _NeedsAnArgument(MemoryStorage):
+    """A backend class whose constructor cannot work the way SGLang's loader calls it."""
+
+    def __init__(self, storage_config: Any, config: Any, port: int) -> None:
+        raise AssertionError("never reached")
+
+
+def test_check_unconstructible_backend_fails_fast(capsys: Any) -> None:
+    rc = main([f"{__name__}:_NeedsAnArgument", "-q"])
+    assert rc == 6
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot construct the backend: TypeError" in err[0] and "port" in err[0]
