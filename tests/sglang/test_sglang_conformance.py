@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from hicache_conformance import BackendSuite
 from hicache_conformance.capabilities import infer_capabilities
+from hicache_conformance.raw import DirectoryRawObjects
 from sglang.srt.mem_cache import hicache_storage as sgl
 
 _ROOT = tempfile.mkdtemp(prefix="hicache-sglang-conformance-")
@@ -54,6 +55,10 @@ class TestSGLangHiCacheFileContract(BackendSuite):
 
     def namespace_config(self, namespace: str) -> dict[str, Any]:
         return {"file_storage_path": os.path.join(_ROOT, namespace)}
+
+    @pytest.fixture
+    def raw_pages(self) -> DirectoryRawObjects:
+        return DirectoryRawObjects(lambda backend: str(backend.file_path))
 
 
 def test_hicachefile_capabilities_are_inferred() -> None:

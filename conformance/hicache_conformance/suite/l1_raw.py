@@ -188,4 +188,14 @@ class RawObjectTests(SuiteBase):
         stored = raw.get(att.backend, new[0])
         assert stored is not None
         raw.put(att.backend, new[0], stored[: len(stored) // 2])
-        assert self.read(att, [cut], 30) == [None], "an object cut short out of band was read as a hit"
+        try:
+            got = self.read(att, [cut], 30)
+        except Exception as e:
+            if self.active_profile() == "strict":
+                pytest.fail(
+                    f"an object cut short out of band raised {type(e).__name__}: {e} (strict rule: an I/O "
+                    f"failure is a miss, never an exception, so callers other than SGLang's guarded "
+                    f"worker threads need no try/except)"
+                )
+            got = [None]  # SGLang 0.5.23 wraps every storage call: an exception counts as 0 hits
+        assert got == [None], "an object cut short out of band was read as a hit"
