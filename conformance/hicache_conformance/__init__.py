@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from .base import NAMESPACE_PREFIX, Attached, BackendFactory
 from .capabilities import level, requires
-from .suite import BackendSuite
+from .suite import BackendSuite, TransportTests
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackendSuite",
+    "TransportTests",
     "BackendFactory",
     "Attached",
     "NAMESPACE_PREFIX",

@@ -35,7 +35,16 @@ from hicache_sdk.capabilities import Capabilities
 from hicache_sdk.spec import HiCacheStorage, HiCacheStorageConfig, PoolName
 
 from . import pools as P
-from .capabilities import missing_capabilities, test_level, test_requires, validate_waivers
+from .capabilities import (
+    PROFILES,
+    default_profile,
+    infer_capabilities,
+    missing_capabilities,
+    strict_reason,
+    test_level,
+    test_requires,
+    validate_waivers,
+)
 from .matrix import PoolCase, pool_cases
 from .raw import RawObjects, default_raw_objects, is_memory_backend
 from .watchdog import Watchdog
@@ -73,6 +82,7 @@ class BackendFactory:
         namespace: str,
         namespace_config: Callable[[str], Mapping[str, Any]] | None = None,
         backend_ref: str | None = None,
+        probe: Callable[[HiCacheStorage, str], int] | None = None,
     ) -> None:
         self._build = build
         self._config = dict(config)
@@ -82,6 +92,9 @@ class BackendFactory:
         self.namespace = namespace
         self.created: list[HiCacheStorage] = []
         self.namespaces: set[str] = {namespace}
+        #: ``probe(backend, ns)``: objects already in ``ns`` (out-of-band view), or ``None``.
+        self._probe = probe
+        self._proven: set[str] = set()
 
     def new_namespace(self) -> str:
         ns = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:12]}"
@@ -124,16 +137,31 @@ class BackendFactory:
         sc = self.storage_config(namespace=namespace, storage_config=storage_config, **overrides)
         backend = self._build(sc)
         self.created.append(backend)
+        ns = namespace or self.namespace
+        if self._probe is not None and ns not in self._proven:
+            held = self._probe(backend, ns)
+            if held:
+                self.namespaces.discard(ns)  # never cleared by the suite
+                raise pytest.UsageError(
+                    f"refusing to run in namespace {ns!r}: the store already holds {held} object(s) there "
+                    f"(the suite writes, plants garbage and clears only in a namespace it created and "
+                    f"proved empty; check the namespace / --isolate settings)"
+                )
+            self._proven.add(ns)
         return backend
 
     def teardown(self, clear: bool) -> None:
         for b in self.created:
+            close = getattr(b, "close", None)  # SGLang's base class has no close()
             try:
-                b.close()
+                if close is not None:
+                    close()
             except Exception:
                 pass
         if clear:
-            for ns in sorted(self.namespaces):
+            # with an out-of-band view, only namespaces proved empty before use are cleared
+            todo = self._proven if self._probe is not None else self.namespaces
+            for ns in sorted(todo):
                 try:
                     b = self._build(
                         HiCacheStorageConfig(
@@ -141,7 +169,8 @@ class BackendFactory:
                         )
                     )
                     b.clear()
-                    b.close()
+                    if hasattr(b, "close"):
+                        b.close()
                 except Exception:
                     pass
 
@@ -163,6 +192,13 @@ class SuiteBase:
     config: ClassVar[Mapping[str, Any]] = {}
     #: Override the backend class's declared capabilities (``None``: use the class's).
     declared_capabilities: ClassVar[Capabilities | None] = None
+    #: ``"contract"`` (what SGLang requires), ``"strict"`` (plus the SDK's own promises) or
+    #: ``None``: strict for a ``PagedStorage`` backend, contract for any other.
+    profile: ClassVar[str | None] = None
+    #: extra-config key -> template with ``{namespace}``: how each test namespace is
+    #: isolated when the key scheme has no namespace (``hicache check --isolate``), e.g.
+    #: ``{"root": "/tmp/cc/{namespace}"}``. Empty: :meth:`namespace_config`'s default.
+    isolate: ClassVar[Mapping[str, str]] = {}
     #: test name -> reason; the test becomes a strict xfail.
     waivers: ClassVar[Mapping[str, str]] = {}
     #: ``"full"``, ``"pairwise"`` or ``"minimal"`` (see :mod:`hicache_conformance.matrix`).
@@ -197,10 +233,28 @@ class SuiteBase:
 
     @classmethod
     def capabilities_of(cls) -> Capabilities:
+        """The test class's ``declared_capabilities``, else the backend class's own
+        declaration, else what the class implements (see :func:`infer_capabilities`)."""
         if cls.declared_capabilities is not None:
             return cls.declared_capabilities
-        caps = getattr(cls.backend_class(), "capabilities", None)
-        return caps if isinstance(caps, Capabilities) else Capabilities()
+        return infer_capabilities(cls.backend_class())[0]
+
+    @classmethod
+    def inferred_capabilities(cls) -> tuple[str, ...]:
+        """The capabilities that were inferred (true) rather than declared; ``()`` when
+        the backend or the test class declares them."""
+        if cls.declared_capabilities is not None:
+            return ()
+        return infer_capabilities(cls.backend_class())[1]
+
+    @classmethod
+    def active_profile(cls) -> str:
+        """The profile in force (see ``profile``); raises ``pytest.UsageError`` for an
+        unknown one."""
+        prof = cls.profile or default_profile(cls.backend_class())
+        if prof not in PROFILES:
+            raise pytest.UsageError(f"profile must be one of {', '.join(PROFILES)}, got {prof!r}")
+        return prof
 
     def build_backend(self, storage_config: HiCacheStorageConfig) -> HiCacheStorage:
         """Construct the way SGLang's dynamic loader does: ``cls(storage_config, {})``."""
@@ -214,14 +268,18 @@ class SuiteBase:
     def namespace_config(self, namespace: str) -> dict[str, Any]:
         """Extra-config settings that isolate ``namespace``: ``{"namespace": ns}`` under
         the default scheme; a private store under ``sglang-*`` schemes for ``memory``.
-        Any other backend tested with an ``sglang-*`` scheme must override this."""
+        Any other backend tested with an ``sglang-*`` scheme must override this or set
+        ``isolate`` (from the command line: ``hicache check NAME --isolate KEY=TEMPLATE``)."""
+        if self.isolate:
+            return {k: str(v).replace("{namespace}", namespace) for k, v in self.isolate.items()}
         if self.key_scheme() == "default":
             return {"namespace": namespace}
         if is_memory_backend(self.backend_class()):
             return {"store": namespace}
         raise pytest.UsageError(
-            f"key scheme {self.key_scheme()!r} takes no namespace: override namespace_config(ns) in "
-            f"{type(self).__name__} to isolate each test namespace (e.g. a private root or store)"
+            f"key scheme {self.key_scheme()!r} takes no namespace: isolate each test namespace with "
+            f"`hicache check NAME --isolate KEY=TEMPLATE` (e.g. --isolate 'root=/tmp/cc/{{namespace}}'), "
+            f"or override namespace_config(ns) in {type(self).__name__}"
         )
 
     def child_backend_ref(self) -> str | None:
@@ -246,16 +304,35 @@ class SuiteBase:
         return f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:12]}"
 
     @pytest.fixture
-    def backend_factory(self, hicache_namespace: str) -> Iterator[BackendFactory]:
+    def backend_factory(self, hicache_namespace: str, raw_pages: Any) -> Iterator[BackendFactory]:
         factory = BackendFactory(
             self.build_backend,
             self.config,
             hicache_namespace,
             namespace_config=self.namespace_config,
             backend_ref=self.child_backend_ref(),
+            probe=self._emptiness_probe(raw_pages),
         )
         yield factory
         factory.teardown(clear=self.capabilities_of().delete)
+
+    def _emptiness_probe(self, raw: Any) -> Callable[[HiCacheStorage, str], int] | None:
+        """How many objects a fresh namespace already holds, seen out of band (``None``
+        without out-of-band access). Under the default scheme object names carry the
+        namespace, so only names containing it count; otherwise (isolated store or root)
+        every object counts."""
+        if raw is None:
+            return None
+        scoped = self.key_scheme() == "default" and not self.isolate
+
+        def probe(backend: HiCacheStorage, ns: str) -> int:
+            try:
+                names = raw.names(backend)
+            except Exception:
+                return 0  # no listing: nothing proven, nothing refused
+            return sum(1 for n in names if ns in n) if scoped else len(names)
+
+        return probe
 
     @pytest.fixture
     def fault_hooks(self) -> Any:
@@ -274,6 +351,10 @@ class SuiteBase:
         missing = missing_capabilities(caps, needed)
         if missing:
             pytest.skip(f"backend does not declare {', '.join(missing)}")
+        why = strict_reason(fn)
+        request.node.user_properties.append(("hicache_rule", "strict" if why else "contract"))
+        if why is not None and self.active_profile() != "strict":
+            pytest.skip(f"strict-only rule (profile {self.active_profile()}): {why}")
         waivers = validate_waivers(self.waivers)
         if name in waivers:
             request.applymarker(pytest.mark.xfail(strict=True, reason=f"waived: {waivers[name]}"))

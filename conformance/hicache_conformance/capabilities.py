@@ -32,6 +32,12 @@ __all__ = [
     "missing_capabilities",
     "parse_levels",
     "validate_waivers",
+    "PROFILES",
+    "strict_only",
+    "strict_reason",
+    "declares_capabilities",
+    "infer_capabilities",
+    "default_profile",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,7 +52,12 @@ LEVELS: dict[int, str] = {
     5: "stateful",
 }
 
+#: ``contract``: what SGLang 0.5.23 requires of a backend and relies on; ``strict``: the
+#: contract plus the SDK's own promises (the default for backends built on ``PagedStorage``).
+PROFILES: tuple[str, ...] = ("contract", "strict")
+
 _LEVEL_ATTR = "_hicache_level"
+_STRICT_ATTR = "_hicache_strict_reason"
 _REQUIRES_ATTR = "_hicache_requires"
 
 
@@ -92,6 +103,84 @@ def test_requires(fn: Any) -> tuple[str, ...]:
     fn = getattr(fn, "__func__", fn)
     value = getattr(fn, _REQUIRES_ATTR, ())
     return tuple(value)
+
+
+def strict_only(why: str) -> Callable[[F], F]:
+    """Tag a suite test as a rule of the ``strict`` profile only (an SDK promise beyond
+    SGLang's contract). ``why`` says why the rule matters; it is added to the failure
+    message and to the skip reason under ``contract``. Raises ``ValueError`` when empty."""
+    if not why.strip():
+        raise ValueError("strict_only: a strict-only rule needs a reason (why it matters)")
+
+    def deco(fn: F) -> F:
+        setattr(fn, _STRICT_ATTR, why.strip())
+        return fn
+
+    return deco
+
+
+def strict_reason(fn: Any) -> str | None:
+    """Why a strict-only test's rule matters, or ``None`` for a contract test."""
+    fn = getattr(fn, "__func__", fn)
+    value = getattr(fn, _STRICT_ATTR, None)
+    return value if isinstance(value, str) else None
+
+
+def _contract_base(cls: type[Any]) -> type[Any] | None:
+    """The last class of ``cls``'s MRO named ``HiCacheStorage`` (ours or SGLang's)."""
+    bases = [c for c in cls.__mro__ if c.__name__ == "HiCacheStorage"]
+    return bases[-1] if bases else None
+
+
+def declares_capabilities(cls: type[Any]) -> bool:
+    """Whether a class below ``HiCacheStorage`` in ``cls``'s MRO sets ``capabilities``
+    itself (a ``PagedStorage`` subclass always does, through the adapter)."""
+    base = _contract_base(cls)
+    for c in cls.__mro__:
+        if c is base or c is object:
+            break
+        if isinstance(c.__dict__.get("capabilities"), Capabilities):
+            return True
+    return False
+
+
+def _overrides(cls: type[Any], base: type[Any] | None, name: str) -> bool:
+    impl = getattr(cls, name, None)
+    if impl is None:
+        return False
+    return base is None or impl is not getattr(base, name, None)
+
+
+def infer_capabilities(cls: type[Any]) -> tuple[Capabilities, tuple[str, ...]]:
+    """The capabilities of a backend class and the names that were *inferred*.
+
+    A declared ``Capabilities`` (see :func:`declares_capabilities`) is authoritative and
+    nothing is inferred. Otherwise each capability is exactly what the class implements:
+    ``zero_copy`` when both v1 methods are overridden, ``hybrid_pools`` when the three v2
+    methods are, ``delete`` when ``clear`` is; every other capability (``mla``,
+    ``persistent``, ...) is false, since it cannot be seen from the methods. The second
+    item lists the inferred capabilities that came out true."""
+    if declares_capabilities(cls):
+        return cls.capabilities, ()
+    base = _contract_base(cls)
+    found = {
+        "zero_copy": all(_overrides(cls, base, m) for m in ("batch_get_v1", "batch_set_v1")),
+        "hybrid_pools": all(
+            _overrides(cls, base, m) for m in ("batch_exists_v2", "batch_get_v2", "batch_set_v2")
+        ),
+        "delete": _overrides(cls, base, "clear"),
+    }
+    caps = Capabilities(**{n: found.get(n, False) for n in Capabilities.names()})
+    return caps, tuple(n for n, v in found.items() if v)
+
+
+def default_profile(cls: type[Any]) -> str:
+    """``strict`` for a backend built on ``PagedStorage``, ``contract`` for any other."""
+    try:
+        from hicache_sdk import PagedStorage
+    except ImportError:  # pragma: no cover - the SDK always exports it
+        return "contract"
+    return "strict" if isinstance(cls, type) and issubclass(cls, PagedStorage) else "contract"
 
 
 # Not tests, despite the name (pytest would otherwise try to collect them when imported

@@ -115,7 +115,7 @@ def _run(job: ChildJob) -> dict[str, Any]:
                 writes = [bool(backend.batch_set(list(job.write), values))] * n
         return {"read": reads, "write": writes}
     finally:
-        backend.close()
+        getattr(backend, "close", lambda: None)()  # SGLang's base class has no close()
 
 
 def main(argv: list[str]) -> int:

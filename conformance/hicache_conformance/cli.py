@@ -1,9 +1,16 @@
-"""``hicache check NAME --config JSON|@file --report r.json [--junitxml x.xml] [--level L]``.
+"""``hicache check NAME --config JSON|@file --report r.json [--junitxml x.xml] [--level L]
+[--profile contract|strict]``.
 
 Runs the suite (``pytest.main`` over the plugin's configured suite, isolated from the
-caller's pytest configuration) and returns pytest's exit status: 0 when every test of a
-declared capability passed, non-zero on any failure. ``hicache-conformance`` is the same
-command as a standalone script.
+caller's pytest configuration). ``hicache-conformance`` is the same command as a
+standalone script. Exit codes (see ``docs/conformance.md``):
+
+* 0: every test that ran passed;
+* 1: at least one test failed (the summary names each failed rule);
+* 2: bad arguments (unknown level or profile), or pytest was interrupted;
+* 3 / 4 / 5: pytest's internal error / usage error / no tests collected;
+* 6: the backend cannot be imported or constructed (one line on stderr names the cause;
+  the report, when asked for, says why nothing ran).
 """
 
 from __future__ import annotations
@@ -16,7 +23,10 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["main", "console_main"]
+__all__ = ["main", "console_main", "EXIT_BACKEND_UNUSABLE"]
+
+#: Exit status when the backend cannot be imported or constructed (nothing ran).
+EXIT_BACKEND_UNUSABLE = 6
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,6 +43,21 @@ def _parser() -> argparse.ArgumentParser:
         "--level", action="append", default=None, help="levels: L0..L4, stateful, all (repeatable)"
     )
     p.add_argument("--matrix", choices=["full", "pairwise", "minimal"], default=None, help="host-pool matrix")
+    p.add_argument(
+        "--profile",
+        choices=["contract", "strict"],
+        default=None,
+        help="contract: what SGLang 0.5.23 requires; strict: plus the SDK's promises "
+        "(default: strict for PagedStorage backends, contract otherwise)",
+    )
+    p.add_argument(
+        "--isolate",
+        action="append",
+        default=None,
+        metavar="KEY=TEMPLATE",
+        help="isolate each test namespace through this extra-config key ({namespace} replaced), "
+        "for key schemes without a namespace, e.g. --isolate 'root=/tmp/cc/{namespace}'",
+    )
     p.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression")
     p.add_argument("-q", "--quiet", action="store_true", help="less output")
     return p
@@ -57,6 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as e:
             print(f"hicache check: {e}", file=sys.stderr)
             return 2
+    cause = _preflight(args.backend, args.config, bool(args.isolate))
+    if cause is None:
+        cause = _try_construct(args.backend, args.config, args.isolate or [])
+    if cause is not None:
+        print(f"hicache check: {args.backend}: {cause}", file=sys.stderr)
+        if args.report:
+            _write_unusable_report(args.report, args.backend, cause)
+        return EXIT_BACKEND_UNUSABLE
     suite_file = Path(__file__).with_name("suite") / "test_configured.py"
     with tempfile.TemporaryDirectory(prefix="hicache-check-") as tmp:
         ini = Path(tmp) / "pytest.ini"
@@ -75,6 +108,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             pargs += ["--hicache-level", lv]
         if args.matrix:
             pargs += ["--hicache-matrix", args.matrix]
+        if args.profile:
+            pargs += ["--hicache-profile", args.profile]
+        for item in args.isolate or []:
+            pargs += ["--hicache-isolate", item]
         if args.keyword:
             pargs += ["-k", args.keyword]
         if args.quiet:
@@ -85,6 +122,93 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(pytest.main(pargs))
         finally:
             sys.modules.pop("hicache_conformance.suite.test_configured", None)
+
+
+def _preflight(backend: str, config_arg: str | None, isolated: bool = False) -> str | None:
+    """Why the backend cannot be used at all (one line), or ``None``: the class must
+    resolve; for a backend with a ``config_cls``, the config must parse; a key scheme
+    without a namespace needs ``--isolate`` (except on ``memory``)."""
+    try:
+        from hicache_sdk.config import parse_config_arg
+
+        config = parse_config_arg(config_arg)
+    except Exception as e:
+        return f"bad --config: {e}"
+    try:
+        from .base import resolve_backend_class
+
+        cls = resolve_backend_class(backend)
+    except Exception as e:
+        return f"cannot import the backend: {type(e).__name__}: {e}"
+    scheme = str(config.get("key_scheme", "default"))
+    if scheme != "default" and not isolated:
+        from .raw import is_memory_backend
+
+        if not is_memory_backend(cls):
+            return (
+                f"key scheme {scheme!r} takes no namespace: isolate each test namespace with "
+                f"--isolate KEY=TEMPLATE (e.g. --isolate 'root=/tmp/cc/{{namespace}}')"
+            )
+    cfg_cls = getattr(cls, "config_cls", None)
+    from_mapping = getattr(cfg_cls, "from_mapping", None)
+    if callable(from_mapping):
+        probe = {k: v for k, v in config.items()}
+        if str(config.get("key_scheme", "default")) == "default":
+            probe.setdefault("namespace", "hicache-conformance-preflight")
+        try:
+            from_mapping(probe)
+        except Exception as e:
+            return f"config rejected: {type(e).__name__}: {e}"
+    return None
+
+
+def _try_construct(backend: str, config_arg: str | None, isolate: list[str]) -> str | None:
+    """Why one backend cannot be constructed the way SGLang's loader does it, in a
+    conformance namespace (construction must not connect, so this does no I/O on a
+    well-behaved backend), or ``None``."""
+    from hicache_sdk.config import parse_config_arg
+    from hicache_sdk.spec import HiCacheStorageConfig
+
+    from .base import NAMESPACE_PREFIX, resolve_backend_class
+
+    ns = f"{NAMESPACE_PREFIX}preflight"
+    config = parse_config_arg(config_arg)
+    if isolate:
+        for item in isolate:
+            key, _, template = item.partition("=")
+            config[key.strip()] = template.replace("{namespace}", ns)
+    elif str(config.get("key_scheme", "default")) == "default":
+        config["namespace"] = ns
+    else:
+        config["store"] = ns  # memory under an sglang-* scheme (others need --isolate)
+    try:
+        cls = resolve_backend_class(backend)
+        b = cls(HiCacheStorageConfig(model_name="conformance/model", extra_config=config), {})
+    except Exception as e:
+        return f"cannot construct the backend: {type(e).__name__}: {e}"
+    close = getattr(b, "close", None)
+    try:
+        if close is not None:
+            close()
+    except Exception:
+        pass
+    return None
+
+
+def _write_unusable_report(path: str, backend: str, cause: str) -> None:
+    import json
+
+    from . import __version__
+
+    report = {
+        "suite_version": __version__,
+        "backend": {"name": backend},
+        "ok": False,
+        "error": f"nothing ran: {cause}",
+        "levels": {},
+        "tests": {},
+    }
+    Path(path).write_text(json.dumps(report, indent=2, sort_keys=True), encoding="utf-8")
 
 
 def console_main() -> None:

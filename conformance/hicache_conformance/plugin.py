@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .capabilities import parse_levels, test_level, test_requires
+from .capabilities import PROFILES, parse_levels, strict_reason, test_level, test_requires
 from .report import Outcome, build_report, summary_lines
 
 _SUITE_FILE = Path(__file__).with_name("suite") / "test_configured.py"
@@ -35,6 +35,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption(
         "--hicache-level", action="append", default=None, help="levels to run (L0..L4, stateful, all)"
     )
+    g.addoption(
+        "--hicache-profile",
+        default=None,
+        choices=list(PROFILES),
+        help="contract (what SGLang requires) or strict (plus the SDK's promises); default: strict "
+        "for PagedStorage backends, contract otherwise",
+    )
+    g.addoption(
+        "--hicache-isolate",
+        action="append",
+        default=None,
+        help="KEY=TEMPLATE: extra-config key that isolates each test namespace, {namespace} "
+        "replaced (for key schemes without a namespace), repeatable",
+    )
     g.addoption("--hicache-report", default=None, help="write the JSON conformance report here")
     g.addoption(
         "--hicache-matrix",
@@ -42,6 +56,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=["full", "pairwise", "minimal"],
         help="host-pool matrix (default: full for memory, pairwise otherwise)",
     )
+
+
+def parse_isolate(items: list[str] | None) -> dict[str, str]:
+    """``["root=/tmp/cc/{namespace}"]`` -> ``{"root": "/tmp/cc/{namespace}"}``. Raises
+    ``pytest.UsageError`` naming ``--isolate`` for an item without ``=`` or without
+    ``{namespace}`` (every test namespace would share one store)."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, template = item.partition("=")
+        if not sep or not key.strip():
+            raise pytest.UsageError(f"--isolate: expected KEY=TEMPLATE, got {item!r}")
+        if "{namespace}" not in template:
+            raise pytest.UsageError(
+                f"--isolate {key}: the template must contain {{namespace}}, got {template!r}"
+            )
+        out[key.strip()] = template
+    return out
 
 
 def configured_suite() -> type | None:
@@ -56,6 +87,8 @@ def configured_suite() -> type | None:
         "backend": name,
         "config": _active["config"],
         "matrix": _active["matrix"] or ("full" if name == "memory" else "pairwise"),
+        "profile": _active.get("profile"),
+        "isolate": _active.get("isolate") or {},
     }
     hooks_factory = _memory_fault_hooks(resolve_backend_class(name)) if name == "memory" else None
     if hooks_factory is not None:
@@ -76,7 +109,16 @@ def configured_suite() -> type | None:
             return private_store_config(capacity_bytes)
 
         attrs["capacity_config"] = capacity_config
-    return type("TestConfiguredBackend", (BackendSuite,), attrs)
+    from hicache_sdk import PagedStorage
+
+    from .suite import TransportTests
+
+    cls = resolve_backend_class(attrs["backend"])
+    # a PagedStorage backend's own transport is certified too, below the adapter
+    bases: tuple[type, ...] = (BackendSuite,)
+    if isinstance(cls, type) and issubclass(cls, PagedStorage):
+        bases = (BackendSuite, TransportTests)
+    return type("TestConfiguredBackend", bases, attrs)
 
 
 def _memory_fault_hooks(cls: type) -> Any:
@@ -99,6 +141,8 @@ def pytest_configure(config: pytest.Config) -> None:
         backend=backend,
         config=parse_config_arg(config.getoption("--hicache-config")),
         matrix=config.getoption("--hicache-matrix"),
+        profile=config.getoption("--hicache-profile"),
+        isolate=parse_isolate(config.getoption("--hicache-isolate")),
     )
     if str(_SUITE_FILE) not in config.args:
         explicit = config.args_source == pytest.Config.ArgsSource.ARGS
@@ -136,6 +180,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed strict-only test says why its rule matters (after pytest's own report)."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    fn = getattr(item, "function", None)
+    why = strict_reason(fn) if fn is not None and _suite_info(item) is not None else None
+    if why and report.failed and report.when == "call":
+        report.sections.append(("hicache strict rule", f"strict-only rule: {why}"))
+        outcomes = getattr(item.config, "_hicache_outcomes", {})
+        if item.nodeid in outcomes:
+            outcomes[item.nodeid].strict_why = why
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     outcomes = getattr(_config_holder.get("config"), "_hicache_outcomes", None)
     if not outcomes or report.nodeid not in outcomes:
@@ -146,6 +204,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     elif report.failed:
         o.outcome = "failed"
         o.reason = str(report.longrepr)[-500:] if report.longrepr else ""
+        why = getattr(o, "strict_why", None)
+        if why:
+            o.reason = f"[strict rule: {why}] {o.reason}"
     elif report.skipped and o.outcome == "unknown":
         o.outcome = "skipped"
         lr = report.longrepr
@@ -183,6 +244,8 @@ def _report(config: pytest.Config) -> dict[str, Any] | None:
     name = _active.get("backend") or "(BackendSuite subclass)"
     cls: Any = None
     declared: dict[str, bool] = {}
+    inferred: tuple[str, ...] = ()
+    profile = "unknown"
     waivers: dict[str, str] = {}
     suite_cfg: dict[str, Any] = dict(_active.get("config") or {})
     suite_cls = _suite_classes.get("last")
@@ -190,13 +253,15 @@ def _report(config: pytest.Config) -> dict[str, Any] | None:
         try:
             cls = resolve_backend_class(suite_cls.backend)
             declared = suite_cls.capabilities_of().to_dict()
+            inferred = suite_cls.inferred_capabilities()
+            profile = suite_cls.active_profile()
         except Exception:
             pass
         waivers = dict(suite_cls.waivers)
         suite_cfg = dict(suite_cls.config) or suite_cfg
         if not _active.get("backend"):
             name = getattr(cls, "backend_name", None) or (cls.__name__ if cls else name)
-    return build_report(
+    report = build_report(
         suite_version=__version__,
         backend_name=name,
         backend_cls=cls,
@@ -205,6 +270,9 @@ def _report(config: pytest.Config) -> dict[str, Any] | None:
         waivers=waivers,
         config=suite_cfg,
     )
+    report["profile"] = profile
+    report["capabilities"]["inferred"] = list(inferred)
+    return report
 
 
 _suite_classes: dict[str, Any] = {}

@@ -170,6 +170,16 @@ def is_memory_backend(cls: Any) -> bool:
 
 
 def default_raw_objects(cls: Any) -> RawObjects | None:
-    """The raw helper the suite can supply by itself for backend class ``cls``
-    (``memory`` and its subclasses), else ``None``."""
-    return MemoryRawObjects() if is_memory_backend(cls) else None
+    """The raw helper the suite can supply by itself for backend class ``cls``:
+    ``memory`` and its subclasses get the store itself; any other backend built on
+    ``PagedStorage`` gets its own transport (objects below the adapter, see
+    :mod:`hicache_conformance.raw_transport`); anything else ``None``."""
+    if is_memory_backend(cls):
+        return MemoryRawObjects()
+    from hicache_sdk import PagedStorage
+
+    if isinstance(cls, type) and issubclass(cls, PagedStorage):
+        from .raw_transport import TransportRawObjects
+
+        return TransportRawObjects()
+    return None

@@ -54,6 +54,8 @@ class Outcome:
     requires: tuple[str, ...]
     outcome: str = "unknown"  # passed / failed / skipped / waived
     reason: str = ""
+    #: Set when a strict-only test failed: why its rule matters.
+    strict_why: str | None = None
 
 
 @dataclass
@@ -97,7 +99,9 @@ def build_report(
         if not on:
             verified[cap] = "not declared"
             continue
-        relevant = [o for o in outcomes if cap in o.requires]
+        # A capability is exercised by the tests that require it and by the parametrised
+        # cases named after it (the ``mla`` pool cases of the round-trip tests).
+        relevant = [o for o in outcomes if cap in o.requires or _param_mentions(o.nodeid, cap)]
         if any(o.outcome == "failed" for o in relevant):
             verified[cap] = "failed"
         elif any(o.outcome == "passed" for o in relevant):
@@ -124,11 +128,33 @@ def build_report(
     }
 
 
+def _param_mentions(nodeid: str, cap: str) -> bool:
+    """Whether the test's parameter id names ``cap`` as a word (``[mla-page_first]``)."""
+    if "[" not in nodeid:
+        return False
+    return cap in re.split(r"[\[\]\-_,]", nodeid.split("[", 1)[1])
+
+
 def summary_lines(report: Mapping[str, Any]) -> list[str]:
-    """A fixed-width table: one row per level with pass / skip / fail / waived."""
+    """One screen: one row per level with pass / skip / fail / waived, under it each
+    failed test by rule (test name, ``[strict]`` for a strict-only rule), then the
+    verdict with profile and inferred capabilities."""
     rows = [f"{'level':<16}{'passed':>8}{'skipped':>9}{'failed':>8}{'waived':>8}"]
+    tests = report.get("tests", {})
     for name, c in report["levels"].items():
         rows.append(f"{name:<16}{c['passed']:>8}{c['skipped']:>9}{c['failed']:>8}{c['waived']:>8}")
+        failed: dict[str, int] = {}
+        for nodeid, t in tests.items():
+            if t["outcome"] == "failed" and LEVELS.get(t["level"] if t["level"] is not None else -1) == name:
+                rule = nodeid.rsplit("::", 1)[-1].split("[", 1)[0]
+                if str(t.get("reason", "")).startswith("[strict rule"):
+                    rule += " [strict]"
+                failed[rule] = failed.get(rule, 0) + 1
+        for rule, n in sorted(failed.items()):
+            rows.append(f"  FAIL {rule}" + (f" (x{n})" if n > 1 else ""))
     verdict = "PASS" if report["ok"] else "FAIL"
-    rows.append(f"{report['backend']['name']}: {verdict}")
+    extra = f" (profile {report.get('profile', 'unknown')}"
+    inferred = report.get("capabilities", {}).get("inferred") or []
+    extra += f"; inferred capabilities: {', '.join(inferred)})" if inferred else ")"
+    rows.append(f"{report['backend']['name']}: {verdict}{extra}")
     return rows

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from hicache_conformance.cli import main
+from hicache_conformance.cli import EXIT_BACKEND_UNUSABLE, main
+
+from hicache_sdk.memory_backend import MemoryStorage
 
 
 def test_check_memory_passes_and_writes_report(tmp_path: Path) -> None:
@@ -67,3 +70,61 @@ def test_check_level_filter_and_failure_exit(tmp_path: Path) -> None:
 
 def test_check_rejects_unknown_level() -> None:
     assert main(["memory", "--level", "L9"]) == 2
+
+
+def test_check_unimportable_backend_fails_fast(tmp_path: Path, capsys: Any) -> None:
+    report = tmp_path / "r.json"
+    rc = main(["no_such_module_xyz:Backend", "--report", str(report), "-q"])
+    assert rc == EXIT_BACKEND_UNUSABLE == 6
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no_such_module_xyz" in err[0] and "cannot import" in err[0]
+    data = json.loads(report.read_text())
+    assert data["ok"] is False and data["error"].startswith("nothing ran: cannot import")
+    assert data["tests"] == {}
+
+
+def test_check_config_typo_fails_fast_naming_the_key(capsys: Any) -> None:
+    rc = main(["memory", "--config", '{"stor": "x"}', "-q"])
+    assert rc == 6
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stor" in err[0] and "config rejected" in err[0]
+
+
+def test_check_runs_transport_tests_for_paged_backends_and_names_failed_rules(
+    tmp_path: Path, capsys: Any
+) -> None:
+    report = tmp_path / "r.json"
+    rc = main(["memory", "--level", "L1", "--matrix", "minimal", "-k", "transport", "--report", str(report)])
+    assert rc == 0
+    data = json.loads(report.read_text())
+    names = {nid.split("::")[-1].split("[")[0] for nid in data["tests"]}
+    assert "test_transport_wrong_size_object_is_never_read" in names
+    assert data["profile"] == "strict" and data["capabilities"]["inferred"] == []
+    assert "memory: PASS (profile strict)" in capsys.readouterr().out
+
+
+def test_check_isolates_sglang_scheme_namespaces_from_the_command_line(tmp_path: Path) -> None:
+    config = json.dumps({"key_scheme": "sglang-file"})
+    base = ["file", "--config", config, "--level", "L1", "--matrix", "minimal", "-k", "byte_exact", "-q"]
+    report = tmp_path / "r.json"
+    rc = main([*base, "--isolate", f"root={tmp_path}/{{namespace}}", "--report", str(report)])
+    assert rc == 0
+    data = json.loads(report.read_text())
+    assert data["ok"] is True and any(t["outcome"] == "passed" for t in data["tests"].values())
+    assert any(p.name.startswith("hicache-conformance-") for p in tmp_path.iterdir())
+    assert main([*base, "--report", str(report)]) == 6  # no isolation: nothing runs
+    assert "--isolate" in json.loads(report.read_text())["error"]
+
+
+class _NeedsAnArgument(MemoryStorage):
+    """A backend class whose constructor cannot work the way SGLang's loader calls it."""
+
+    def __init__(self, storage_config: Any, config: Any, port: int) -> None:
+        raise AssertionError("never reached")
+
+
+def test_check_unconstructible_backend_fails_fast(capsys: Any) -> None:
+    rc = main([f"{__name__}:_NeedsAnArgument", "-q"])
+    assert rc == 6
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot construct the backend: TypeError" in err[0] and "port" in err[0]

@@ -104,6 +104,31 @@ def _timed(report: PingReport, name: str, fn: Callable[[], tuple[bool, str]], nb
     return ok
 
 
+def _errors(backend: Any) -> dict[str, int]:
+    """The backend's counted failure reasons (``metrics.errors()``), ``{}`` without them."""
+    try:
+        return dict(backend.metrics.errors())
+    except Exception:
+        return {}
+
+
+def _with_reasons(backend: Any, fn: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[bool, str]]:
+    """``fn`` whose failed detail ends with the failure reasons counted during the call
+    (``FAIL set 0/4 stored; failures: connection x4``)."""
+
+    def go() -> tuple[bool, str]:
+        before = _errors(backend)
+        ok, detail = fn()
+        if not ok:
+            after = _errors(backend)
+            new = {r: c - before.get(r, 0) for r, c in after.items() if c > before.get(r, 0)}
+            if new:
+                detail += "; failures: " + ", ".join(f"{r} x{c}" for r, c in sorted(new.items()))
+        return ok, detail
+
+    return go
+
+
 def _leading(results: Any, n: int, what: str) -> tuple[bool, str]:
     flags = [bool(r) for r in results] if isinstance(results, (list, tuple)) else []
     good = sum(flags)
@@ -224,9 +249,9 @@ def _round_trip(backend: Any, pool: Any, torch: Any, n: int, ps: int, report: Pi
         return True, f"{n}/{n} identical"
 
     _timed(report, "exists_before", exists(0))
-    _timed(report, "set", put, total)
+    _timed(report, "set", _with_reasons(backend, put), total)
     _timed(report, "exists_after", exists(n))
-    _timed(report, "get", get, total)
+    _timed(report, "get", _with_reasons(backend, get), total)
     _timed(report, "compare", compare)
     _cleanup(backend, keys, report)
 

@@ -49,8 +49,9 @@ def unavailable(
     own_module = value.partition(":")[0]
     if missing and (own_module == missing or own_module.startswith(missing + ".")):
         fix = (
-            f"the distribution's own module {missing!r} is missing (a stale install?): "
-            f"pip install --force-reinstall {dist}"
+            f"entry point {name!r} = {value!r} in {dist}'s metadata (group hicache_sdk.backends) "
+            f"points at module {missing!r}, which does not exist: a typo in the entry point, "
+            f"or a stale install of {dist}"
             if dist
             else f"module {missing!r} does not exist"
         )
@@ -64,8 +65,12 @@ def unavailable(
             fix = f"missing module {missing!r}; install the package that provides it"
     else:
         fix = f"{type(exc).__name__}: {exc}"
-        if dist:
-            fix += f"; try: pip install --force-reinstall {dist}"
+        if dist and isinstance(exc, AttributeError):
+            attr = value.partition(":")[2] or value
+            fix = (
+                f"entry point {name!r} = {value!r} in {dist}'s metadata (group hicache_sdk.backends) "
+                f"points at attribute {attr!r}, which its module does not define ({exc})"
+            )
     err = BackendUnavailableError(f"backend {name!r} ({where}) cannot be imported: {fix}")
     err.name = missing or None
     return err

@@ -10,10 +10,14 @@ ever records a key, a value or a secret.
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
+import time
 from typing import Any
 
 from ..spec import StorageMetrics
+
+_log = logging.getLogger("hicache_sdk.failures")
 
 __all__ = ["Metrics", "LATENCY_BUCKETS_S"]
 
@@ -60,6 +64,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._ops: dict[str, _OpStats] = {}
         self._errors: dict[str, int] = {}
+        self._warned: dict[str, float] = {}
         self._counters: dict[str, int] = {}
         self._gauges: dict[str, Any] = {}
         self._pending = StorageMetrics()
@@ -91,9 +96,17 @@ class Metrics:
                     self._pending.backup_bandwidth.append(bw)
 
     def error(self, reason: str, n: int = 1) -> None:
-        """Count ``n`` failures of kind ``reason`` (a short stable token)."""
+        """Count ``n`` failures of kind ``reason`` (a short stable token). The first
+        failure of each reason is logged at WARNING, then one line per 60 s at most."""
+        now = time.monotonic()
         with self._lock:
             self._errors[reason] = self._errors.get(reason, 0) + n
+            last = self._warned.get(reason)
+            if last is not None and now - last < 60.0:
+                return
+            self._warned[reason] = now
+            total = self._errors[reason]
+        _log.warning("storage failure: %s (%d counted so far; counted in metrics.errors())", reason, total)
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to the named counter (``"abandoned_reads"``, ``"integrity_deleted"``...)."""

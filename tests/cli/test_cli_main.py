@@ -81,7 +81,10 @@ def test_backends_json_is_stable(
         assert "zero_copy" in memory["capabilities"]
     broken = by[("extra-broken", "entry_point")]
     assert broken["importable"] is False and broken["version"] == "1.2"
-    assert "pip install --force-reinstall cli-extra" in broken["error"]
+    assert (
+        "entry point 'extra-broken' = 'hicache_cli_absent_mod:Store' in cli-extra's metadata"
+        in broken["error"]
+    )
     discovered = registry._discovery.discover()
     for name, dist in registry.KNOWN_BACKENDS.items():
         if name not in discovered:

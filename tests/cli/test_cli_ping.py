@@ -331,3 +331,37 @@ def test_ping_file_backend_when_present(
     assert code == 0, (report, err)
     assert {s["step"]: s["detail"] for s in report["steps"]}["compare"] == "2/2 identical"
     assert any((tmp_path / "store").rglob("*")), "the file backend wrote nothing under its root"
+
+
+class _WriteRefused:
+    """Mixin for a MemoryTransport whose every write fails with a connection error."""
+
+    def write(self, keys: Any, buffers: Any) -> list[bool]:
+        raise ConnectionRefusedError("refused")
+
+
+def _refusing_memory_storage() -> type:
+    from hicache_sdk.memory_backend import MemoryStorage, MemoryTransport
+
+    transport_cls = type("RefusingTransport", (_WriteRefused, MemoryTransport), {})
+
+    def create_transport(self: Any, config: Any) -> Any:
+        return transport_cls(store=config.store, capacity_bytes=config.capacity_bytes)
+
+    return type("RefusingMemoryStorage", (MemoryStorage,), {"create_transport": create_transport})
+
+
+RefusingMemoryStorage = _refusing_memory_storage()
+
+
+def test_ping_names_the_counted_failure_reasons(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="hicache_sdk.failures"):
+        code, out, _ = _ping(capsys, _path(RefusingMemoryStorage))
+    assert code == 1
+    set_line = next(line for line in out.splitlines() if " set " in line)
+    assert "FAIL" in set_line and "failures:" in set_line, set_line
+    warned = [r for r in caplog.records if r.name == "hicache_sdk.failures"]
+    assert warned and "storage failure" in warned[0].getMessage()
+    assert len({r.getMessage().split(" (")[0] for r in warned}) == len(warned)  # once per reason

@@ -381,3 +381,22 @@ def test_list_backends_reports_the_viability_probe() -> None:
     assert infos["probefails"].error == "check_environment() raised OSError: ibv_devices not found"
     assert infos["viable"].importable and infos["viable"].error is None
     assert resolve_backend("nodev") is NoDevice  # the probe informs, it does not block
+
+
+def test_entry_point_typos_name_the_entry_point_and_distribution(make_dist: Any) -> None:
+    make_dist(
+        "typo-dist",
+        "1.0",
+        {"typo-attr": "hicache_typo_mod:Stroe", "typo-mod": "hicache_typo_modd:Store"},
+        modules={"hicache_typo_mod.py": "class Store:\n    pass\n"},
+    )
+    with pytest.raises(BackendUnavailableError) as attr:
+        resolve_backend("typo-attr")
+    msg = str(attr.value)
+    assert "entry point 'typo-attr' = 'hicache_typo_mod:Stroe' in typo-dist's metadata" in msg
+    assert "attribute 'Stroe'" in msg and "force-reinstall" not in msg
+    with pytest.raises(BackendUnavailableError) as mod:
+        resolve_backend("typo-mod")
+    msg = str(mod.value)
+    assert "entry point 'typo-mod' = 'hicache_typo_modd:Store' in typo-dist's metadata" in msg
+    assert "module 'hicache_typo_modd', which does not exist" in msg

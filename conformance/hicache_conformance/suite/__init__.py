@@ -9,6 +9,7 @@ from .l1_semantics import SemanticsTests
 from .l2_l3 import ConcurrencyTests, LifecycleTests
 from .l4_faults import FaultTests
 from .stateful import StatefulTests
+from .transport import TransportTests
 
 __all__ = [
     "BackendSuite",
@@ -20,6 +21,7 @@ __all__ = [
     "ConcurrencyTests",
     "FaultTests",
     "StatefulTests",
+    "TransportTests",
 ]
 
 

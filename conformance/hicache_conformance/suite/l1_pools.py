@@ -12,7 +12,7 @@ from hicache_sdk.spec import PoolHitPolicy, PoolName, PoolTransfer
 
 from .. import pools as P
 from ..base import Attached, BackendFactory, SuiteBase
-from ..capabilities import level, requires
+from ..capabilities import level, requires, strict_only
 from ..matrix import PoolCase
 
 _POLICY = {"indexer": PoolHitPolicy.ALL_PAGES, "swa": PoolHitPolicy.TRAILING_PAGES}
@@ -143,6 +143,10 @@ class PoolTests(SuiteBase):
         ],
         ids=["model", "dtype", "layout", "mha-rank"],
     )
+    @strict_only(
+        "the default key scheme promises geometry-isolating keys: a page written under page_first "
+        "and served to a layer_first pool (or another dtype, model or MHA rank) is silently wrong KV"
+    )
     def test_default_scheme_isolates(
         self, backend_factory: BackendFactory, what: str, writer: Any, reader: Any
     ) -> None:
@@ -160,6 +164,10 @@ class PoolTests(SuiteBase):
             ("dp-replica", (PoolCase(), {"dp_rank": 0}), (PoolCase(), {"dp_rank": 1})),
         ],
         ids=["mla-rank", "dp-replica"],
+    )
+    @strict_only(
+        "the default key scheme promises that rank-replicated MLA pages and data-parallel replicas "
+        "share one object: otherwise every rank and replica stores and fetches its own copy"
     )
     def test_default_scheme_shares(
         self, backend_factory: BackendFactory, what: str, writer: Any, reader: Any

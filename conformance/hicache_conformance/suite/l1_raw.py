@@ -18,7 +18,7 @@ import pytest
 
 from .. import pools as P
 from ..base import Attached, BackendFactory, SuiteBase
-from ..capabilities import level
+from ..capabilities import level, strict_only
 from ..matrix import PoolCase
 from ..raw import RawObjects
 
@@ -120,6 +120,10 @@ class RawObjectTests(SuiteBase):
         assert self.read(fresh, [key], 20) == [data], "a new instance did not read the planted object"
 
     @level(1)
+    @strict_only(
+        "the SDK's default scheme stores an integrity trailer with every page: an object damaged "
+        "out of band (bit rot, a foreign writer) must read as a miss, never be copied into the KV pool"
+    )
     def test_planted_garbage_is_a_miss_and_removed(
         self, backend_factory: BackendFactory, raw_pages: Any
     ) -> None:
@@ -174,11 +178,24 @@ class RawObjectTests(SuiteBase):
             )
             assert got == want, f"page {i} read back bytes that are not the page written"
         if raw_pages is None:
-            return
+            pytest.skip(
+                "in-band half passed; the out-of-band half (an object cut short below the backend) "
+                "did not run: no raw_pages access for this backend"
+            )
         raw: RawObjects = raw_pages
         (cut,) = self.keys(backend_factory.namespace, "torn-cut", 1)
         _, new = self._write_and_find(raw, att, cut, 20)
         stored = raw.get(att.backend, new[0])
         assert stored is not None
         raw.put(att.backend, new[0], stored[: len(stored) // 2])
-        assert self.read(att, [cut], 30) == [None], "an object cut short out of band was read as a hit"
+        try:
+            got = self.read(att, [cut], 30)
+        except Exception as e:
+            if self.active_profile() == "strict":
+                pytest.fail(
+                    f"an object cut short out of band raised {type(e).__name__}: {e} (strict rule: an I/O "
+                    f"failure is a miss, never an exception, so callers other than SGLang's guarded "
+                    f"worker threads need no try/except)"
+                )
+            got = [None]  # SGLang 0.5.23 wraps every storage call: an exception counts as 0 hits
+        assert got == [None], "an object cut short out of band was read as a hit"

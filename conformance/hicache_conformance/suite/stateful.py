@@ -118,6 +118,9 @@ class StatefulTests(SuiteBase):
                     max_examples=self.stateful_examples,
                     stateful_step_count=12,
                     deadline=None,
+                    # a certification run is deterministic: the same examples every run
+                    derandomize=True,
+                    database=None,
                     suppress_health_check=list(HealthCheck),
                     phases=[p for p in Phase if self.stateful_shrink or p is not Phase.shrink],
                 ),

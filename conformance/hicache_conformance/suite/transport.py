@@ -1,0 +1,214 @@
+"""Transport-level tests: certify a :class:`~hicache_sdk.Transport` directly, below the
+paged adapter, with raw plants that no adapter-level test can make.
+
+``TransportTests`` (a mixin like the others) needs a ``transport`` fixture: by default the
+``raw_transport`` of a backend built on ``PagedStorage`` (so ``hicache check NAME`` runs
+these for every such backend); an author of a bare transport overrides the fixture::
+
+    class TestMyTransport(TransportTests):
+        backend = "mine"            # for the report and the capability gate
+
+        @pytest.fixture
+        def transport(self, hicache_namespace):
+            t = MyTransport(...)
+            yield t
+            t.close()
+
+Keys are prefixed with the test namespace (transport keys already carry the namespace:
+the key scheme puts it there) and every key written is deleted at teardown.
+
+Rules (see ``docs/conformance.md``): byte-exact round trips, multi-segment buffers,
+a miss is ``False`` / ``None`` (never an exception), an object shorter or longer than the
+buffer is never read as ``True``, a foreign object (bytes no adapter wrote) reads back
+exactly, a write of an existing object leaves it untouched (create-if-absent), duplicate
+keys in one batch all report ``True`` and the object equals exactly one of the copies,
+whole, and no reader ever sees a partially written object.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from hicache_sdk import SIZE_UNKNOWN
+
+from .. import pools as P
+from ..base import BackendFactory, SuiteBase
+from ..capabilities import level
+
+__all__ = ["TransportTests"]
+
+_N = 4096  # bytes of a small object
+
+
+def _buf(nbytes: int) -> torch.Tensor:
+    return torch.zeros(nbytes, dtype=torch.uint8)
+
+
+def _filled(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+
+
+def _segs(t: torch.Tensor, parts: int = 1) -> list[tuple[int, int]]:
+    """``t`` as ``parts`` consecutive segments (the last one takes the remainder)."""
+    n = t.numel()
+    size = n // parts
+    out = [(t.data_ptr() + i * size, size) for i in range(parts - 1)]
+    out.append((t.data_ptr() + (parts - 1) * size, n - (parts - 1) * size))
+    return out
+
+
+class TransportTests(SuiteBase):
+    """See the module docs."""
+
+    @pytest.fixture
+    def transport(self, backend_factory: BackendFactory) -> Any:
+        backend = backend_factory()
+        t = getattr(backend, "raw_transport", None)
+        if t is None:
+            pytest.skip(
+                f"{type(backend).__name__} is not built on PagedStorage: override the transport fixture"
+            )
+        return t
+
+    @pytest.fixture
+    def tkeys(self, transport: Any, hicache_namespace: str) -> Iterator[Any]:
+        made: list[str] = []
+
+        def make(label: str, n: int = 1) -> list[str]:
+            ks = [f"{hicache_namespace}-tt-{label}-{i}" for i in range(n)]
+            made.extend(ks)
+            return ks
+
+        yield make
+        try:
+            transport.delete(made)
+        except Exception:
+            pass
+
+    # -- helpers -----------------------------------------------------------------------
+    @staticmethod
+    def _put(t: Any, key: str, data: bytes, parts: int = 1) -> bool:
+        src = _filled(data)
+        (ok,) = t.write([key], [_segs(src, parts)])
+        return bool(ok)
+
+    @staticmethod
+    def _get(t: Any, key: str, nbytes: int, parts: int = 1) -> bytes | None:
+        dst = _buf(nbytes)
+        (ok,) = t.read([key], [_segs(dst, parts)])
+        return bytes(dst.numpy()) if ok else None
+
+    # -- tests -------------------------------------------------------------------------
+    @level(1)
+    def test_transport_round_trip_is_byte_exact(self, transport: Any, tkeys: Any) -> None:
+        keys = tkeys("rt", 3)
+        data = [P.pattern(k, _N) for k in keys]
+        srcs = [_filled(d) for d in data]  # kept alive: segments are bare addresses
+        assert transport.write(keys, [_segs(t) for t in srcs]) == [True] * 3
+        sizes = transport.exists(keys)
+        assert all(s in (_N, SIZE_UNKNOWN) for s in sizes), f"exists sizes {sizes}, want {_N}"
+        for k, d in zip(keys, data):
+            assert self._get(transport, k, _N, parts=3) == d, "multi-segment read is not the object"
+        (k2,) = tkeys("rt-seg")
+        assert self._put(transport, k2, data[0], parts=5)
+        assert self._get(transport, k2, _N) == data[0], "multi-segment write did not store the bytes"
+        assert transport.exists([]) == [] and transport.read([], []) == [] and transport.write([], []) == []
+
+    @level(1)
+    def test_transport_miss_is_false_not_an_error(self, transport: Any, tkeys: Any) -> None:
+        (k,) = tkeys("miss")
+        try:
+            got = transport.read([k, k], [_segs(_buf(_N)), _segs(_buf(_N))])
+            sizes = transport.exists([k])
+        except Exception as e:
+            pytest.fail(f"a missing object raised {type(e).__name__}: {e} (a miss must be False / None)")
+        assert got == [False, False] and sizes == [None]
+
+    @level(1)
+    @pytest.mark.parametrize("stored", ["truncated", "oversized"])
+    def test_transport_wrong_size_object_is_never_read(self, transport: Any, tkeys: Any, stored: str) -> None:
+        """An object shorter (a torn or foreign write) or longer than the buffer is a miss:
+        under a raw key scheme nothing above the transport checks the size, so a ``True``
+        here makes ``batch_get_v1`` serve a half-filled page as a hit."""
+        (k,) = tkeys(stored)
+        size = _N // 2 if stored == "truncated" else _N * 2
+        assert self._put(transport, k, P.pattern(k, size))
+        assert self._get(transport, k, _N) is None, f"a {stored} object ({size} bytes) read as {_N} bytes"
+        assert self._get(transport, k, _N, parts=2) is None, f"a {stored} object read into 2 segments"
+
+    @level(1)
+    def test_transport_foreign_object_reads_back_exactly(self, transport: Any, tkeys: Any) -> None:
+        (k,) = tkeys("foreign")
+        data = bytes(range(256)) * (_N // 256)
+        assert self._put(transport, k, data)
+        assert self._get(transport, k, _N) == data
+
+    @level(1)
+    def test_transport_write_never_replaces_an_object(self, transport: Any, tkeys: Any) -> None:
+        (k,) = tkeys("keep")
+        first, second = P.pattern("first", _N), P.pattern("second", _N)
+        assert self._put(transport, k, first)
+        assert self._put(transport, k, second), "a write of an existing object must report True"
+        assert self._get(transport, k, _N) == first, "a write replaced an existing object"
+
+    @level(1)
+    def test_transport_duplicate_keys_in_one_batch(self, transport: Any, tkeys: Any) -> None:
+        """Every occurrence reports True; the object is exactly one of the copies, whole."""
+        (k,) = tkeys("dup")
+        a, b = P.pattern("copy-a", _N), P.pattern("copy-b", _N)
+        srcs = [_filled(a), _filled(b)]  # kept alive: segments are bare addresses
+        ok = transport.write([k, k], [_segs(t) for t in srcs])
+        assert list(ok) == [True, True], f"duplicate keys reported {ok}"
+        got = self._get(transport, k, _N)
+        assert got in (a, b), "the object is not one of the copies, whole"
+        dsts = [_buf(_N), _buf(_N)]
+        assert transport.read([k, k], [_segs(d) for d in dsts]) == [True, True]
+        assert bytes(dsts[0].numpy()) == bytes(dsts[1].numpy()) == got
+
+    @level(1)
+    def test_transport_delete_makes_a_miss(self, transport: Any, tkeys: Any) -> None:
+        k, other = tkeys("del", 2)
+        assert self._put(transport, k, P.pattern(k, _N)) and self._put(transport, other, P.pattern(other, _N))
+        transport.delete([k, k, f"{k}-never-written"])
+        assert transport.exists([k]) == [None] and self._get(transport, k, _N) is None
+        assert self._get(transport, other, _N) == P.pattern(other, _N), "delete removed another object"
+
+    @level(3)
+    def test_transport_write_is_never_partially_visible(self, transport: Any, tkeys: Any) -> None:
+        """Readers racing a writer see the whole object or nothing (1 MiB objects)."""
+        big = 1 << 20
+        keys = tkeys("partial", 6)
+        datas = {k: P.pattern(k, big) for k in keys}
+        bad: list[str] = []
+        done = threading.Event()
+        started = threading.Barrier(3)
+
+        def reader() -> None:
+            dst = _buf(big)
+            started.wait()
+            while not done.is_set():
+                for k in keys:
+                    (ok,) = transport.read([k], [_segs(dst)])
+                    if ok and bytes(dst.numpy()) != datas[k]:
+                        bad.append(k)
+                    size = transport.exists([k])[0]
+                    if size not in (None, big, SIZE_UNKNOWN):
+                        bad.append(f"{k}: exists reported {size} bytes")
+
+        threads = [threading.Thread(target=reader) for _ in range(2)]
+        for th in threads:
+            th.start()
+        started.wait()
+        try:
+            for k in keys:
+                assert self._put(transport, k, datas[k], parts=4)
+        finally:
+            done.set()
+            for th in threads:
+                th.join()
+        assert not bad, f"a partially written object was visible: {bad[:3]}"
