@@ -46,3 +46,59 @@ def make_engine(
         cfg, host, dev, storage, clock=clock or VirtualClock(), runner=runner or StepRunner(), ranks=ranks
     )
     return Engine(state)
+
+
+class Flaky:
+    """A real backend with scheduled failures: ``fail_exists`` / ``fail_get`` / ``fail_set``
+    count down calls that raise; ``short_get`` makes the next read report only its first page."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.fail_exists = 0
+        self.fail_get = 0
+        self.fail_set = 0
+        self.short_get = 0
+
+    def register_mem_pool_host(self, pool: Any) -> None:
+        self.inner.register_mem_pool_host(pool)
+
+    def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
+        if self.fail_exists:
+            self.fail_exists -= 1
+            raise OSError("injected exists failure")
+        return int(self.inner.batch_exists(keys))
+
+    def batch_get_v1(self, keys: list[str], idx: torch.Tensor, extra_info: Any = None) -> list[bool]:
+        if self.fail_get:
+            self.fail_get -= 1
+            raise OSError("injected get failure")
+        res = list(self.inner.batch_get_v1(keys, idx))
+        if self.short_get and len(res) > 1:
+            self.short_get -= 1
+            res = res[:1] + [False] * (len(res) - 1)
+        return res
+
+    def batch_set_v1(self, keys: list[str], idx: torch.Tensor, extra_info: Any = None) -> list[bool]:
+        if self.fail_set:
+            self.fail_set -= 1
+            raise OSError("injected set failure")
+        return list(self.inner.batch_set_v1(keys, idx))
+
+
+def settle(e: Engine, req: str, max_rounds: int = 50) -> Any:
+    """Alternate runner steps and admission polls until ``req`` is admitted (StepRunner, virtual clock)."""
+    for _ in range(max_rounds):
+        r = e.try_admit(req)
+        if r is not None:
+            return r
+        e.s.runner.run_all()  # type: ignore[attr-defined]
+    raise AssertionError(f"{req} not admitted after {max_rounds} rounds")
+
+
+def warm(cfg: ReadPathConfig, store: str, tokens: list[int]) -> None:
+    """Serve ``tokens`` once through a fresh engine and flush its backups into ``store``."""
+    e = make_engine(cfg, store)
+    e.submit("warm", tokens)
+    settle(e, "warm")
+    e.s.runner.run_all()  # type: ignore[attr-defined]
+    e.writer.drain()
