@@ -109,13 +109,15 @@ class Engine:
         s, ps = self.s, self.s.config.page_size
         m = s.tree.match_prefix(tokens)
         served.storage_hit = s.counters.trace(req_id).host_filled_tokens
+        # the tiers as they stand at admission (the device match may have shrunk while queued)
+        served.gpu_hit = m.device_len
+        served.host_hit = max(0, m.host_len - served.storage_hit)
         node = m.last_host_node
         s.tree.inc_lock_ref(node)  # keep the matched path while the rest is computed
         try:
-            if m.host_len:
-                if load_back(s, node, None, req_id) == 0:
-                    # not loaded: the host run is recomputed (drop the match below the device run)
-                    node = m.last_device_node
+            if m.host_len and load_back(s, node, None, req_id) == 0:
+                # not loaded: the host run is recomputed (drop the match below the device run)
+                node = m.last_device_node
             path = node.path()
             rest = tokens[len(path) * ps : len(tokens) // ps * ps]
             new_nodes = s.tree.insert(node, rest)
