@@ -38,7 +38,11 @@ class ReadPathMachine(RuleBasedStateMachine):
     )
     def setup(self, policy: str, write: str, lb: int) -> None:
         self.cfg = ReadPathConfig(
-            page_size=PS, prefetch_threshold=8, load_back_threshold=lb, prefetch_policy=policy, write_policy=write
+            page_size=PS,
+            prefetch_threshold=8,
+            load_back_threshold=lb,
+            prefetch_policy=policy,
+            write_policy=write,
         )
         self.store = new_store()
         self.storage = Flaky(make_storage(self.store))

@@ -113,7 +113,9 @@ def test_capacity_limit() -> None:
 
 def test_timeout_formula() -> None:
     cfg = ReadPathConfig()
-    assert cfg.prefetch_policy == "timeout" and cfg.prefetch_threshold == 256 and cfg.load_back_threshold == 10
+    assert (
+        cfg.prefetch_policy == "timeout" and cfg.prefetch_threshold == 256 and cfg.load_back_threshold == 10
+    )
     assert cfg.timeout_for(0) == 1.0 and cfg.timeout_for(1024) == 1.25 and cfg.timeout_for(40960) == 11.0
 
 
