@@ -49,8 +49,9 @@ class WritePath:
         self._backup(due)
 
     def _on_evict(self, node: TreeNode) -> None:
+        """Back up the node with its un-backed ancestors (host backups stay contiguous from the root)."""
         if not node.on_host:
-            self._backup([node])
+            self._backup([n for n in node.path() if n.on_device and not n.on_host])
 
     def _backup(self, nodes: list[TreeNode]) -> None:
         """Host copy of ``nodes`` (device-resident, in path order), then a storage backup."""

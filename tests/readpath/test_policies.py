@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers import make_engine, new_store, settle, warm
+from readpath_helpers import make_engine, new_store, settle, warm
 
 from hicache_sdk.readpath import Abort, ReadPathConfig
 

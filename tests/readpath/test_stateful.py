@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from helpers import Flaky, make_engine, make_storage, new_store
+from readpath_helpers import Flaky, make_engine, make_storage, new_store
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
