@@ -98,7 +98,7 @@ class Prefetcher:
         pages = 0
         if not op.terminated:
             try:
-                pages = int(s.storage.batch_exists(hashes))
+                pages = int(s.storage.batch_exists(hashes))  # type: ignore[union-attr]
             except Exception:
                 s.counters.abort(op.req_id, Abort.BACKEND_FAILURE)
                 pages = 0
@@ -148,7 +148,7 @@ class Prefetcher:
                 if not stop and not op.terminated:
                     idx = op.host_indices[c0 * ps : (c0 + len(keys)) * ps]
                     try:
-                        res = s.storage.batch_get_v1(keys, idx)
+                        res = s.storage.batch_get_v1(keys, idx)  # type: ignore[union-attr]
                         while got < len(keys) and got < len(res) and res[got]:
                             got += 1
                     except Exception:

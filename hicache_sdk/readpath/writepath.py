@@ -82,7 +82,7 @@ class WritePath:
         skip = 0
         if writer:
             try:
-                skip = int(s.storage.batch_exists(keys))
+                skip = int(s.storage.batch_exists(keys))  # type: ignore[union-attr]
             except Exception:
                 skip = 0
         stop = False
@@ -102,7 +102,7 @@ class WritePath:
                         [n.host_value for n in op.nodes[c0 + lo : c0 + len(ck)] if n.host_value is not None]
                     )
                     try:
-                        res = s.storage.batch_set_v1(ck[lo:], idx)
+                        res = s.storage.batch_set_v1(ck[lo:], idx)  # type: ignore[union-attr]
                         good = all(bool(r) for r in res) and len(res) == len(ck) - lo
                     except Exception:
                         good = False

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch.multiprocessing as mp
@@ -25,7 +26,9 @@ def _rank_main(rank: int, init_file: str, out_dir: str) -> None:
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     group = GlooGroup()
-    cfg = ReadPathConfig(page_size=4, prefetch_threshold=8, load_back_threshold=1, prefetch_policy="wait_complete")
+    cfg = ReadPathConfig(
+        page_size=4, prefetch_threshold=8, load_back_threshold=1, prefetch_policy="wait_complete"
+    )
     toks = list(range(64))
     res: dict[str, Any] = {}
     # diverging stores: rank 0 holds 12 pages of the prefix, rank 1 holds 7
@@ -67,7 +70,7 @@ def test_two_ranks_agree() -> None:
     with tempfile.TemporaryDirectory() as d:
         init = os.path.join(d, "init")
         mp.start_processes(_rank_main, args=(init, d), nprocs=2, join=True, start_method="spawn")
-        r0, r1 = (json.load(open(os.path.join(d, f"{i}.json"))) for i in range(2))
+        r0, r1 = (json.loads(Path(d, f"{i}.json").read_text()) for i in range(2))
     assert r0["agreed_hit"] == r1["agreed_hit"] == 7 * 4
     assert r0["bytes_ok"] and r1["bytes_ok"]
     assert r0["after_failed_read"] == r1["after_failed_read"] == 0

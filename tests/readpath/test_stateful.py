@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from readpath_helpers import Flaky, make_engine, make_storage, new_store
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from readpath_helpers import Flaky, make_engine, make_storage, new_store
 
 from hicache_sdk.readpath import Engine, ReadPathConfig, page_kv
 

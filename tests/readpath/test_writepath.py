@@ -9,7 +9,9 @@ from hicache_sdk.readpath import ReadPathConfig
 
 
 def _cfg(policy: str) -> ReadPathConfig:
-    return ReadPathConfig(page_size=4, prefetch_threshold=8, write_policy=policy, prefetch_policy="best_effort")
+    return ReadPathConfig(
+        page_size=4, prefetch_threshold=8, write_policy=policy, prefetch_policy="best_effort"
+    )
 
 
 @pytest.mark.parametrize(("policy", "hits_to_backup"), [("write_through", 1), ("write_through_selective", 2)])
