@@ -80,6 +80,13 @@ class DevicePool:
             self.fail_copies -= 1
             raise CopyFailed("injected host-to-device copy failure")
         try:
+            h0, d0, n = _run_start(host_idx), _run_start(dev_idx), len(host_idx)
+            if h0 is not None and d0 is not None:  # one contiguous run each: no gather
+                for half in (0, 1):
+                    self.kv[half, d0 : d0 + n].copy_(host_kv[half, h0 : h0 + n], non_blocking=True)
+                if self.kv.device.type == "cuda":
+                    torch.cuda.current_stream().synchronize()
+                return
             src = host_kv.index_select(1, host_idx)
             if self.kv.device.type == "cuda":
                 n = src.numel()
@@ -101,3 +108,13 @@ class DevicePool:
         """Device slots -> host slots (the write path's L1 -> L2 backup)."""
         src = self.kv.index_select(1, dev_idx.to(self.kv.device)).cpu()
         host_kv.index_copy_(1, host_idx, src)
+
+
+def _run_start(idx: torch.Tensor) -> int | None:
+    """The first index when ``idx`` is one ascending run of consecutive slots, else ``None``."""
+    if len(idx) == 0:
+        return None
+    first = int(idx[0])
+    if int(idx[-1]) - first != len(idx) - 1:
+        return None
+    return first if bool(torch.equal(idx, torch.arange(first, first + len(idx), dtype=idx.dtype))) else None
