@@ -43,9 +43,9 @@ __version__ = "0.1.0"
 # name -> module that defines it; imported on first access.
 _LAZY: dict[str, str] = {
     "PagedStorage": "hicache_sdk.paged",
-    "MemoryStorage": "hicache_sdk.backends.memory",
-    "MemoryTransport": "hicache_sdk.backends.memory",
-    "MemoryConfig": "hicache_sdk.backends.memory",
+    "MemoryStorage": "hicache_sdk.memory_backend",
+    "MemoryTransport": "hicache_sdk.memory_backend",
+    "MemoryConfig": "hicache_sdk.memory_backend",
     "MHAHostPool": "hicache_sdk.hostpool",
     "MLAHostPool": "hicache_sdk.hostpool",
     "MambaHostPool": "hicache_sdk.hostpool",
@@ -117,15 +117,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from .backends.memory import (
-        MemoryConfig as MemoryConfig,
-    )
-    from .backends.memory import (
-        MemoryStorage as MemoryStorage,
-    )
-    from .backends.memory import (
-        MemoryTransport as MemoryTransport,
-    )
     from .hostpool import (
         IndexerHostPool as IndexerHostPool,
     )
@@ -148,6 +139,15 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .keys.scheme_base import KeyScheme as KeyScheme
     from .keys.scheme_base import ObjectSpec as ObjectSpec
     from .keys.schemes import make_scheme as make_scheme
+    from .memory_backend import (
+        MemoryConfig as MemoryConfig,
+    )
+    from .memory_backend import (
+        MemoryStorage as MemoryStorage,
+    )
+    from .memory_backend import (
+        MemoryTransport as MemoryTransport,
+    )
     from .paged import PagedStorage as PagedStorage
     from .registry import (
         BackendInfo as BackendInfo,

@@ -1,4 +1,18 @@
-"""The SDK's exception hierarchy.
+"""The SDK's exception hierarchy: one tree under :class:`HiCacheError`.
+
+::
+
+    HiCacheError
+    ├── ConfigError (also ValueError)          bad configuration; the message names the key
+    ├── BackendNotFoundError (LookupError)     no backend under that name
+    ├── BackendUnavailableError (ImportError)  known, but a dependency is missing
+    ├── DuplicateBackendError                  two distributions claim one name
+    ├── NotRegisteredError (RuntimeError)      page operation before register_mem_pool_host
+    └── TransportError                         a whole batch failed for an I/O reason
+        └── Cancelled                          a cancellable call saw its token cancelled
+
+Every failure to construct a backend is a :class:`HiCacheError` subclass naming the key or
+the cause.
 
 ``ValueError`` (bad arguments at the API boundary) is never wrapped: programming errors
 propagate as ``ValueError`` naming the argument. I/O failures never leave ``batch_*``
@@ -14,6 +28,8 @@ __all__ = [
     "BackendUnavailableError",
     "DuplicateBackendError",
     "NotRegisteredError",
+    "TransportError",
+    "Cancelled",
 ]
 
 
@@ -41,3 +57,25 @@ class DuplicateBackendError(HiCacheError):
 
 class NotRegisteredError(HiCacheError, RuntimeError):
     """A page operation was called before ``register_mem_pool_host``."""
+
+
+class TransportError(HiCacheError):
+    """A whole batch failed for an I/O reason (connection refused, timeout, ...).
+
+    ``reason`` is a short stable token used as a metrics label (``"connection"``,
+    ``"timeout"``, ``"disk_full"``, ...). The message must not contain secrets. Raised by
+    a transport to the adapter, which turns it into misses and counts the reason; it never
+    leaves a ``batch_*`` method.
+    """
+
+    def __init__(self, message: str, reason: str = "io") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Cancelled(TransportError):
+    """A cancellable transport call found its :class:`~hicache_sdk.kit.cancel.CancelToken`
+    cancelled before touching caller memory (reason ``"cancelled"``)."""
+
+    def __init__(self, message: str = "cancelled at the deadline") -> None:
+        super().__init__(message, reason="cancelled")

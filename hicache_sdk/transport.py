@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from .capabilities import Capabilities
+from .errors import TransportError
 
 __all__ = ["Segment", "Segments", "SIZE_UNKNOWN", "Transport", "TransportError"]
 
@@ -40,18 +41,6 @@ Segments = Sequence[Segment]
 
 #: Returned by :meth:`Transport.exists` for a present object whose size is not known cheaply.
 SIZE_UNKNOWN = -1
-
-
-class TransportError(Exception):
-    """A whole batch failed for an I/O reason (connection refused, timeout, ...).
-
-    ``reason`` is a short stable token used as a metrics label (``"connection"``,
-    ``"timeout"``, ``"disk_full"``, ...). The message must not contain secrets.
-    """
-
-    def __init__(self, message: str, reason: str = "io") -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 class Transport(ABC):

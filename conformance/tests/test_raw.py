@@ -13,7 +13,7 @@ from hicache_conformance.faults import FaultState, FaultyTransport
 from hicache_conformance.raw import DirectoryRawObjects, MemoryRawObjects, default_raw_objects
 from hicache_conformance.suite.l1_raw import SPEC_HASH, sglang_kv_names
 
-from hicache_sdk.backends.memory import MemoryStorage, MemoryTransport, drop_store
+from hicache_sdk.memory_backend import MemoryStorage, MemoryTransport, drop_store
 
 
 def test_memory_raw_objects_through_wrapping_transports() -> None:

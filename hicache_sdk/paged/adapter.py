@@ -55,7 +55,7 @@ from ..spec import (
 from ..transport import Segment, Transport
 from .header import digest
 from .legacy import LegacyPathMixin, new_flat_page
-from .pages import ObjectEngine, ObjectIO
+from .objects import ObjectEngine, ObjectIO
 from .pools import PoolState, TransferPlan, check_keys, check_policy, host_page_starts, resolve_transfers
 
 if TYPE_CHECKING:  # pragma: no cover

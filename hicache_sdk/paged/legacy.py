@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 from ..keys.scheme_base import KeyScheme
 from ..resilience.metrics import Metrics
 from ..transport import Segment
-from .pages import ObjectIO
+from .objects import ObjectIO
 from .pools import PoolState, check_keys
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -2,7 +2,7 @@
 
 :class:`PoolState` binds a registered host pool to its :class:`PoolLayout` and to the
 header identity of the key scheme; it turns ``(page hash, page memory)`` into the
-:class:`~hicache_sdk.paged.pages.ObjectIO` list the engine moves. The ``check_*`` and
+:class:`~hicache_sdk.paged.objects.ObjectIO` list the engine moves. The ``check_*`` and
 :func:`resolve_transfers` helpers validate arguments at the API boundary, before any I/O,
 and raise ``ValueError`` naming the argument.
 """
@@ -18,7 +18,7 @@ from ..keys.scheme_base import KeyScheme
 from ..spec import PoolHitPolicy, pool_name_str
 from ..transport import Segment
 from .header import TRAILER_SIZE
-from .pages import ObjectIO
+from .objects import ObjectIO
 
 __all__ = [
     "PoolState",

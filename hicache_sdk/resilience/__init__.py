@@ -3,7 +3,7 @@ injection and metrics.
 
 The paged adapter calls :func:`wrap_transport` on every backend's transport; the result
 is a :class:`ResilientTransport` with the same :class:`~hicache_sdk.transport.Transport`
-interface (see :mod:`hicache_sdk.resilience.transport` for the behaviour).
+interface (see :mod:`hicache_sdk.resilience.resilient` for the behaviour).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from ..transport import Transport
 from .breaker import CircuitBreaker
 from .inject import FailureInjector, is_inside_sglang, set_inside_sglang
 from .metrics import Metrics
+from .resilient import Quarantine, ResilienceConfig, ResilientTransport
 from .staging import StagingPool
-from .transport import Quarantine, ResilienceConfig, ResilientTransport
 
 __all__ = [
     "CircuitBreaker",

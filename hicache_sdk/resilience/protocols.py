@@ -1,4 +1,4 @@
-"""Small pieces of :mod:`hicache_sdk.resilience.transport`: the config and quarantine
+"""Small pieces of :mod:`hicache_sdk.resilience.resilient`: the config and quarantine
 protocols, argument checks and error reasons."""
 
 from __future__ import annotations

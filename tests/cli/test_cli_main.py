@@ -74,7 +74,7 @@ def test_backends_json_is_stable(
     memory = by[("memory", "entry_point")]
     assert (
         memory["distribution"] == "hicache-sdk"
-        and memory["value"] == "hicache_sdk.backends.memory:MemoryStorage"
+        and memory["value"] == "hicache_sdk.memory_backend:MemoryStorage"
     )
     if memory["importable"]:
         assert memory["error"] is None and isinstance(memory["capabilities"], dict)

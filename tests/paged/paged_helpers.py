@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from hicache_sdk.backends.memory import MemoryStorage, MemoryTransport
 from hicache_sdk.hostpool import IndexerHostPool, MambaHostPool, MHAHostPool, MLAHostPool, SWAHostPool
+from hicache_sdk.memory_backend import MemoryStorage, MemoryTransport
 from hicache_sdk.transport import Segments, Transport
 
 MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import torch
 
-from hicache_sdk.backends.memory import MemoryStorage, drop_store
 from hicache_sdk.errors import ConfigError
 from hicache_sdk.hostpool.mha import MHAHostPool
+from hicache_sdk.memory_backend import MemoryStorage, drop_store
 from hicache_sdk.sglang import (
     BRIDGE_EXTRA_CONFIG,
     SGLANG_STORAGE_MODULE,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .config import FileConfig, parse_size, resolve_root
+from .file_transport import FileTransport
 from .fsops import RootError
-from .transport import FileTransport
 
 if TYPE_CHECKING:
     from .storage import FileStorage

@@ -1,4 +1,4 @@
-"""What the read and write paths of :class:`~.transport.FileTransport` share.
+"""What the read and write paths of :class:`~.file_transport.FileTransport` share.
 
 :class:`FileBase` declares the state ``FileTransport.__init__`` sets up (the mixins in
 :mod:`.reads` and :mod:`.writes` use it, so mypy checks them against one declaration) and
@@ -49,7 +49,7 @@ def reason_of(e: OSError) -> str:
 
 
 class FileBase:
-    """State and shared helpers of :class:`~.transport.FileTransport` (not used alone:
+    """State and shared helpers of :class:`~.file_transport.FileTransport` (not used alone:
     ``FileTransport.__init__`` sets every attribute declared here)."""
 
     config: FileConfig

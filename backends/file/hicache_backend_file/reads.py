@@ -1,4 +1,4 @@
-"""The read path of :class:`~.transport.FileTransport` (the :class:`ReadPath` mixin).
+"""The read path of :class:`~.file_transport.FileTransport` (the :class:`ReadPath` mixin).
 
 Two passes (:meth:`ReadPath.read` has the details). Pass 1, in the calling thread (with
 ``cold_read_threads > 1``, a batch of at least ``_SPLIT_WARM_AT`` pages is split in half
@@ -57,7 +57,7 @@ _BOUNCE_MAX = 64 * 1024  # largest unaligned tail read through the O_DIRECT boun
 
 
 class ReadPath(FileBase):
-    """The read half of :class:`~.transport.FileTransport`: ``read`` and ``direct_bytes``."""
+    """The read half of :class:`~.file_transport.FileTransport`: ``read`` and ``direct_bytes``."""
 
     _direct: bool  # O_DIRECT is tried (cleared when the file system refuses it)
     _direct_bytes: int

@@ -15,7 +15,7 @@ from hicache_sdk.paged.adapter import PagedStorage
 from hicache_sdk.transport import Transport
 
 from .config import FileConfig
-from .transport import FileTransport
+from .file_transport import FileTransport
 
 __all__ = ["FileStorage"]
 

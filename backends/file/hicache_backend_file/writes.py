@@ -1,4 +1,4 @@
-"""The write path of :class:`~.transport.FileTransport` (the :class:`WritePath` mixin).
+"""The write path of :class:`~.file_transport.FileTransport` (the :class:`WritePath` mixin).
 
 A present page is left alone (``True``; with a byte limit its recency is refreshed). A new
 one is written with ``pwritev`` to a temporary file in its own directory (missing
@@ -29,7 +29,7 @@ _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class WritePath(FileBase):
-    """The write half of :class:`~.transport.FileTransport`: ``write``."""
+    """The write half of :class:`~.file_transport.FileTransport`: ``write``."""
 
     _chmod_files: bool  # the umask would strip bits of file_mode: fchmod each file
     _chmod_dirs: bool  # the same for dir_mode and new directories

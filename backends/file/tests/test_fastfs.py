@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from _helpers import pattern, segs
 from hicache_backend_file import FileTransport
-from hicache_backend_file import transport as transport_mod
+from hicache_backend_file import file_transport as transport_mod
 
 Make = Callable[..., FileTransport]
 

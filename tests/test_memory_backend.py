@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from hicache_sdk.backends.memory import MemoryConfig, MemoryStorage, MemoryTransport, drop_store
 from hicache_sdk.errors import ConfigError
+from hicache_sdk.memory_backend import MemoryConfig, MemoryStorage, MemoryTransport, drop_store
 from hicache_sdk.spec import HiCacheStorageConfig
 
 
@@ -125,7 +125,7 @@ def test_entry_point_declared() -> None:
 
     import tomllib
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[1]
     data = tomllib.loads((root / "pyproject.toml").read_text())
     eps = data["project"]["entry-points"]["hicache_sdk.backends"]
-    assert eps["memory"] == "hicache_sdk.backends.memory:MemoryStorage"
+    assert eps["memory"] == "hicache_sdk.memory_backend:MemoryStorage"

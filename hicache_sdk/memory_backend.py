@@ -24,10 +24,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..capabilities import Capabilities
-from ..config import BackendConfig
-from ..paged.adapter import PagedStorage
-from ..transport import Segments, Transport
+from .capabilities import Capabilities
+from .config import BackendConfig
+from .paged.adapter import PagedStorage
+from .transport import Segments, Transport
 
 __all__ = ["MemoryConfig", "MemoryStorage", "MemoryTransport", "drop_store"]
 
