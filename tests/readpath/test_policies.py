@@ -96,3 +96,60 @@ def test_timeout_quarantines_slots_of_a_read_in_flight() -> None:
     e.s.runner.run_all()  # type: ignore[attr-defined]  # the abandoned read ends: slots come back
     e.writer.drain()  # type: ignore[attr-defined]
     assert e.s.host.available_size() == held + op_slots  # type: ignore[attr-defined]
+
+
+class _Gated:
+    """A real backend whose reads block until released (a stalled read on a real thread)."""
+
+    def __init__(self, inner: object) -> None:
+        import threading
+
+        self.inner = inner
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def register_mem_pool_host(self, pool: object) -> None:
+        self.inner.register_mem_pool_host(pool)  # type: ignore[attr-defined]
+
+    def batch_exists(self, keys: list[str], extra_info: object = None) -> int:
+        return int(self.inner.batch_exists(keys))  # type: ignore[attr-defined]
+
+    def batch_get_v1(self, keys: list[str], idx: object, extra_info: object = None) -> list[bool]:
+        self.entered.set()
+        assert self.release.wait(30)
+        return list(self.inner.batch_get_v1(keys, idx))  # type: ignore[attr-defined]
+
+    def batch_set_v1(self, keys: list[str], idx: object, extra_info: object = None) -> list[bool]:
+        return list(self.inner.batch_set_v1(keys, idx))  # type: ignore[attr-defined]
+
+
+def test_quarantine_on_a_real_thread_stalled_read() -> None:
+    from readpath_helpers import make_storage
+
+    from hicache_sdk.readpath import ThreadRunner
+
+    store = new_store()
+    warm(_cfg("timeout"), store, TOKS)
+    gated = _Gated(make_storage(store))
+    e = make_engine(_cfg("timeout"), storage=gated, runner=ThreadRunner())
+    try:
+        e.submit("r", TOKS)
+        for _ in range(2000):  # poll until the read is running on the worker thread
+            assert e.try_admit("r") is None
+            if gated.entered.wait(0.005):
+                break
+        assert gated.entered.is_set()
+        free = e.s.host.available_size()
+        e.s.clock.advance(10.0)  # type: ignore[attr-defined]
+        r = e.try_admit("r")
+        assert r is not None and r.storage_hit == 0 and r.computed == 64
+        assert e.explain("r")["why_not"] == ["timeout"]
+        # the 64 slots the stalled read may still fill are not reusable
+        assert e.s.host.available_size() <= free
+        grab = e.s.alloc_host(e.s.host.available_size())
+        assert grab is not None and e.s.alloc_host(4) is None
+        gated.release.set()
+    finally:
+        gated.release.set()
+        e.s.close()  # joins the worker: the read has ended
+    assert e.s.alloc_host(64) is not None  # ...and only now its slots come back
