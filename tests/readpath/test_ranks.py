@@ -51,6 +51,21 @@ def _rank_main(rank: int, init_file: str, out_dir: str) -> None:
     e2.submit("r", toks)
     r2 = settle(e2, "r")
     res["after_failed_read"] = r2.storage_hit
+    # a stalled backend on rank 1 (each call returns late): both ranks still agree, none hangs
+    slow = Flaky(make_storage(store))
+    if rank == 1:
+        import time
+
+        inner_get = slow.batch_get_v1
+
+        def stalled(keys: list[str], idx: Any, extra_info: Any = None) -> list[bool]:
+            time.sleep(0.3)
+            return inner_get(keys, idx)
+
+        slow.batch_get_v1 = stalled  # type: ignore[method-assign]
+    e3 = make_engine(cfg, runner=StepRunner(), ranks=group, storage=slow)
+    e3.submit("r", toks)
+    res["stalled_rank_hit"] = settle(e3, "r").storage_hit
     # write path: only rank 0 writes, both post one ack per chunk
     writes = make_engine(cfg, f"w{rank}", runner=StepRunner(), ranks=group)
     writes.submit("x", list(range(500, 500 + 40)))
@@ -74,5 +89,6 @@ def test_two_ranks_agree() -> None:
     assert r0["agreed_hit"] == r1["agreed_hit"] == 7 * 4
     assert r0["bytes_ok"] and r1["bytes_ok"]
     assert r0["after_failed_read"] == r1["after_failed_read"] == 0
+    assert r0["stalled_rank_hit"] == r1["stalled_rank_hit"] == 7 * 4
     assert (r0["pages_written"], r1["pages_written"]) == (10, 0)
     assert r0["endpoint"] == r1["endpoint"] == 4
