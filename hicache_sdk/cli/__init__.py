@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from . import backends as _backends
 from . import check as _check
+from . import demo as _demo
 from . import ping as _ping
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -40,6 +41,7 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
+    Command("demo", _demo.HELP, _demo.add_arguments, _demo.run),
     Command("backends", _backends.HELP, _backends.add_arguments, _backends.run),
     Command("ping", _ping.HELP, _ping.add_arguments, _ping.run),
     Command("check", _check.HELP, _check.add_arguments, _check.run, passthrough=True),

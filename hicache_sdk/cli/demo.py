@@ -1,0 +1,188 @@
+"""``hicache demo``: two engine instances, as separate processes, over one L3 store.
+
+Instance 1 serves a multi-turn workload (shared system prompts) and writes through to the
+store; instance 2 starts cold and serves the same prefixes from storage; instance 3 uses a
+different KV dtype and must get zero storage hits (the dtype is part of the model identity
+in the backend's keys), never wrong bytes. KV is a deterministic function of (prefix, layer)
+(:func:`hicache_sdk.readpath.page_kv`), and every served page is compared with it.
+
+Backend: the local-file backend in a temporary directory by default; ``--backend NAME
+--config JSON`` for any installed one. Exit 0 when every check holds, 1 otherwise, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import sys
+import tempfile
+import time
+from typing import Any
+
+HELP = "serve a multi-turn workload through two engine processes over one store (the main demo)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", default="file", help="backend name (file)")
+    parser.add_argument("--config", default=None, help="backend settings: JSON object or @file")
+    parser.add_argument("--conversations", type=int, default=6, help="conversations (6)")
+    parser.add_argument("--turns", type=int, default=4, help="turns per conversation (4)")
+    parser.add_argument("--page-size", type=int, default=16, help="tokens per page (16)")
+    parser.add_argument("--device", default=None, help="device pool on 'cpu' or 'cuda' (auto)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def workload(conversations: int, turns: int) -> list[tuple[str, list[int]]]:
+    """Requests: 2 system prompts of 512 tokens, each conversation adding 96 tokens a turn."""
+    systems = [[(7919 * s + 13 * i) % 32000 for i in range(512)] for s in range(2)]
+    out = []
+    for c in range(conversations):
+        hist = list(systems[c % 2])
+        for t in range(turns):
+            hist += [(104729 * c + 31 * t + 7 * i) % 32000 for i in range(96)]
+            out.append((f"c{c}t{t}", list(hist)))
+    return out
+
+
+def _instance(name: str, args: dict[str, Any], dtype_name: str, q: Any) -> None:
+    import torch
+
+    from hicache_sdk import HiCacheStorageConfig, create_backend
+    from hicache_sdk.hostpool import MHAHostPool
+    from hicache_sdk.readpath import CacheState, DevicePool, Engine, ReadPathConfig, ThreadRunner
+
+    dtype = getattr(torch, dtype_name)
+    ps = args["page_size"]
+    geom = {"layer_num": 4, "head_num": 2, "head_dim": 64}
+    cfg = ReadPathConfig(page_size=ps)
+    host = MHAHostPool(8192, ps, dtype=dtype, **geom)  # type: ignore[arg-type]
+    dev = DevicePool(4096, ps, dtype=dtype, device=args["device"], **geom)
+    model = f"hicache-demo/{dtype_name}/L{geom['layer_num']}H{geom['head_num']}D{geom['head_dim']}"
+    storage = create_backend(args["backend"], HiCacheStorageConfig(model_name=model), args["config"])
+    storage.register_mem_pool_host(host)
+    state = CacheState(cfg, host, dev, storage, runner=ThreadRunner())
+    engine = Engine(state)
+    tiers = {"gpu": 0, "host": 0, "storage": 0, "computed": 0}
+    ok = True
+    t0 = time.perf_counter()
+    reqs = workload(args["conversations"], args["turns"])
+    for i, (rid, toks) in enumerate(reqs):
+        r = engine.serve(rid, toks)
+        ok = ok and engine.verify(r.nodes)
+        tiers["gpu"] += r.gpu_hit
+        tiers["host"] += r.host_hit
+        tiers["storage"] += r.storage_hit
+        tiers["computed"] += r.computed
+        q.put(("progress", name, i + 1, len(reqs)))
+    engine.flush()
+    elapsed = time.perf_counter() - t0
+    state.close()
+    storage.close()
+    q.put(
+        (
+            "done",
+            name,
+            {
+                "instance": name,
+                "dtype": dtype_name,
+                "requests": len(reqs),
+                "bytes_ok": ok,
+                "tiers_tokens": tiers,
+                "prefill_tokens_saved": tiers["gpu"] + tiers["host"] + tiers["storage"],
+                "pages_written": engine.writer.pages_written,
+                "early_aborts": state.counters.snapshot(),
+                "seconds": round(elapsed, 3),
+                "device": dev.device,
+            },
+        )
+    )
+
+
+def _run_one(name: str, args: dict[str, Any], dtype: str, show: bool) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_instance, args=(name, args, dtype, q))
+    p.start()
+    result: dict[str, Any] = {}
+    while True:
+        try:
+            msg = q.get(timeout=120)
+        except Exception:
+            break
+        if msg[0] == "progress" and show:
+            _, _, i, n = msg
+            bar = "#" * (30 * i // n)
+            print(f"\r{name:<12} [{bar:<30}] {i}/{n}", end="", file=sys.stderr, flush=True)
+        elif msg[0] == "done":
+            result = msg[2]
+            break
+    p.join(timeout=60)
+    if show:
+        print(file=sys.stderr)
+    if not result:
+        result = {"instance": name, "error": f"process exited with {p.exitcode}"}
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..config import parse_config_arg
+
+    try:
+        config = parse_config_arg(args.config) if args.config else {}
+    except Exception as e:
+        print(f"hicache demo: --config: {e}", file=sys.stderr)
+        return 2
+    tmp = None
+    if args.backend == "file" and not config:
+        tmp = tempfile.TemporaryDirectory(prefix="hicache-demo-")
+        config = {"root": tmp.name}
+    common = {
+        "backend": args.backend,
+        "config": config,
+        "page_size": args.page_size,
+        "conversations": args.conversations,
+        "turns": args.turns,
+        "device": args.device,
+    }
+    show = not args.json
+    t0 = time.perf_counter()
+    try:
+        runs = [
+            _run_one("1-warm", common, "bfloat16", show),
+            _run_one("2-cold-peer", common, "bfloat16", show),
+            _run_one("3-other-dtype", common, "float16", show),
+        ]
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    checks = {
+        "all_bytes_identical": all(r.get("bytes_ok") for r in runs),
+        "cold_peer_served_from_storage": runs[1].get("tiers_tokens", {}).get("storage", 0) > 0,
+        "other_dtype_zero_storage_hits": runs[2].get("tiers_tokens", {}).get("storage", -1) == 0,
+    }
+    report = {
+        "backend": args.backend,
+        "runs": runs,
+        "checks": checks,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for r in runs:
+            if "error" in r:
+                print(f"{r['instance']}: {r['error']}")
+                continue
+            t = r["tiers_tokens"]
+            aborts = {k: v for k, v in r["early_aborts"].items() if v}
+            print(
+                f"{r['instance']:<14} dtype={r['dtype']:<9} gpu={t['gpu']:>6} host={t['host']:>6} "
+                f"storage={t['storage']:>6} computed={t['computed']:>6} saved={r['prefill_tokens_saved']:>6} "
+                f"written_pages={r['pages_written']:>4} {r['seconds']:.2f}s device={r['device']}"
+            )
+            print(f"{'':<14} early aborts: {aborts or 'none'}")
+        for k, v in checks.items():
+            print(f"{'ok  ' if v else 'FAIL'} {k}")
+        print(f"total {report['seconds']:.1f}s")
+    return 0 if all(checks.values()) else 1

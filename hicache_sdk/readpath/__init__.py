@@ -1,0 +1,45 @@
+"""The reference read and write path: radix tree, device pool, ``prefetch_from_storage``,
+``load_back``, the write policies, rank consensus and ``explain`` (docs/read-path.md)."""
+
+from __future__ import annotations
+
+from .cache import CHUNK_PAGES, CacheState, ReadPathConfig
+from .clock import MonotonicClock, VirtualClock
+from .counters import Abort, Counters, explain
+from .devpool import CopyFailed, DevicePool
+from .engine import Engine, Served, page_kv
+from .loadback import load_back
+from .prefetch import Prefetcher, PrefetchOp
+from .ranks import GlooGroup, LocalGroup, agreed_endpoint, restorable_flags
+from .runner import StepRunner, ThreadRunner
+from .tree import MatchResult, RadixTree, TreeNode
+from .writepath import WritePath
+
+__all__ = [
+    "CHUNK_PAGES",
+    "Abort",
+    "CacheState",
+    "CopyFailed",
+    "Counters",
+    "DevicePool",
+    "Engine",
+    "GlooGroup",
+    "LocalGroup",
+    "MatchResult",
+    "MonotonicClock",
+    "PrefetchOp",
+    "Prefetcher",
+    "RadixTree",
+    "ReadPathConfig",
+    "Served",
+    "StepRunner",
+    "ThreadRunner",
+    "TreeNode",
+    "VirtualClock",
+    "WritePath",
+    "agreed_endpoint",
+    "explain",
+    "load_back",
+    "page_kv",
+    "restorable_flags",
+]

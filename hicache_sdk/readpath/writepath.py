@@ -1,0 +1,135 @@
+"""The write path (spec 5.8): L1 -> L2 by policy, then L2 -> L3.
+
+* ``write_through``: a node is backed up to host on its first hit (insertion counts as
+  one); ``write_through_selective``: on its second; ``write_back``: only when evicted from
+  the device (synchronously, before its device slots are freed).
+* Every host backup is followed by a storage backup: the host lock of the last node is held
+  until the backup is acknowledged (:meth:`WritePath.drain`); the backup job checks existence
+  first (``batch_exists``: the leading pages already stored are skipped), writes KV in chunks
+  of at most 128 pages and stops at the first failed chunk. Only the writer rank writes;
+  every rank reduces once per chunk, so all post the same number of acknowledgements.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from .cache import CHUNK_PAGES, CacheState
+from .counters import Abort
+from .tree import TreeNode
+
+
+@dataclass(eq=False)
+class BackupOp:
+    nodes: list[TreeNode]
+    completed_pages: int = 0
+    acks: int = 0
+
+
+class WritePath:
+    def __init__(self, state: CacheState) -> None:
+        self.s = state
+        self._acks: list[BackupOp] = []
+        self._lock = threading.Lock()
+        self.ongoing = 0
+        self.pages_written = 0
+        self.failed_backups = 0
+        if state.config.write_policy == "write_back":
+            state.on_device_evict.append(self._on_evict)
+
+    def on_hit(self, nodes: list[TreeNode]) -> None:
+        """Count a hit on each node of a served path; back up those that reach the policy's threshold."""
+        thr = self.s.config.write_through_threshold
+        due: list[TreeNode] = []
+        for n in nodes:
+            n.hit_count += 1
+            if self.s.config.write_policy != "write_back" and n.hit_count >= thr and not n.on_host:
+                due.append(n)
+        self._backup(due)
+
+    def _on_evict(self, node: TreeNode) -> None:
+        """Back up the node with its un-backed ancestors (host backups stay contiguous from the root)."""
+        if not node.on_host:
+            self._backup([n for n in node.path() if n.on_device and not n.on_host])
+
+    def _backup(self, nodes: list[TreeNode]) -> None:
+        """Host copy of ``nodes`` (device-resident, in path order), then a storage backup."""
+        s = self.s
+        done: list[TreeNode] = []
+        for n in nodes:
+            if n.value is None or n.on_host:
+                continue
+            if n.parent is not None and not n.parent.is_root and not n.parent.on_host:
+                break  # keep host backups contiguous from the root
+            idx = s.alloc_host_evicting(len(n.value))
+            if idx is None:
+                s.counters.abort("", Abort.HOST_POOL_FULL)
+                break
+            s.dev.store_to_host(n.value, s.host_kv, idx)
+            n.host_value = idx
+            done.append(n)
+        if done and s.storage is not None and s.config.storage_enabled:
+            s.tree.inc_host_lock_ref(done[-1])
+            op = BackupOp(done)
+            self.ongoing += 1
+            s.runner.submit(lambda: self._write(op))
+
+    def _write(self, op: BackupOp) -> None:
+        s, ps = self.s, self.s.config.page_size
+        keys = [n.hash for n in op.nodes if n.hash is not None]
+        writer = s.ranks.rank == s.writer_rank
+        skip = 0
+        if writer:
+            try:
+                skip = int(s.storage.batch_exists(keys))  # type: ignore[union-attr]
+            except Exception:
+                skip = 0
+        stop = False
+        for c0 in range(0, len(keys), CHUNK_PAGES):
+            ck = keys[c0 : c0 + CHUNK_PAGES]
+            ok = len(ck)
+            if not writer:
+                pass
+            elif stop:
+                ok = 0
+            else:
+                lo = max(0, skip - c0)
+                if lo < len(ck):
+                    import torch
+
+                    idx = torch.cat(
+                        [n.host_value for n in op.nodes[c0 + lo : c0 + len(ck)] if n.host_value is not None]
+                    )
+                    try:
+                        res = s.storage.batch_set_v1(ck[lo:], idx)  # type: ignore[union-attr]
+                        good = all(bool(r) for r in res) and len(res) == len(ck) - lo
+                    except Exception:
+                        good = False
+                    if good:
+                        self.pages_written += len(ck) - lo
+                    else:
+                        ok, stop = 0, True
+            ok = s.ranks.min_ints([ok])[0]
+            if ok < len(ck):
+                stop = True
+            else:
+                op.completed_pages += ok
+            op.acks += 1
+        _ = ps
+        with self._lock:
+            self._acks.append(op)
+
+    def drain(self) -> int:
+        """Scheduler thread: apply finished backups (release the host lock, mark stored pages)."""
+        with self._lock:
+            acks, self._acks = self._acks, []
+        for op in acks:
+            for n in op.nodes[: op.completed_pages]:
+                n.backed_up_storage = True
+            if op.completed_pages < len(op.nodes):
+                self.failed_backups += 1
+                self.s.counters.abort("", Abort.BACKEND_FAILURE)
+            self.s.tree.dec_host_lock_ref(op.nodes[-1])
+            self.ongoing -= 1
+        return len(acks)
