@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 from hicache_sdk import BackendConfig, ConfigError, secret_field
@@ -73,6 +73,12 @@ class RedisConfig(BackendConfig):
             raise ValueError(f"max_command_bytes must be >= 65536, got {self.max_command_bytes!r}")
         if self.db < -1:
             raise ValueError(f"db must be >= 0 (or -1 for the URL's), got {self.db!r}")
+
+    def redacted(self) -> dict[str, Any]:
+        """Secrets as ``"***"`` and the URL without its credentials."""
+        out = super().redacted()
+        out["url"] = redact_url(self.url)
+        return out
 
     def __repr__(self) -> str:
         return f"RedisConfig(url={redact_url(self.url)!r}, key_prefix={self.key_prefix!r}, db={self.db})"

@@ -82,6 +82,10 @@ class RedisTransport(Transport):
                 f"tls_ca_file: the server certificate at {redact_url(self.config.url)} is not trusted"
             ) from None
         except ReplyError as e:
+            if str(e).startswith("NOAUTH"):
+                raise ConfigError(
+                    f"password: the server at {redact_url(self.config.url)} requires one and none was given"
+                ) from None
             if str(e).startswith("NOPERM"):
                 raise ConfigError(
                     f"username: this ACL user may not read keys under key_prefix {self.config.key_prefix!r} ({e})"
