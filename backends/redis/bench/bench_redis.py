@@ -1,0 +1,166 @@
+"""Benchmark of the redis backend against raw redis-py on the same data, in one run.
+
+    .venv/bin/python backends/redis/bench/bench_redis.py --out bench-redis.json
+    options: --page-kib 256 8192  --pages 128 32  --repeats 5
+
+Starts its own ``redis-server`` (free loopback port, no persistence; killed at the end).
+Variants (ratios are of median times; ours/raw <= 1.11 means >= 90 % of raw throughput):
+* get: ``batch_get_v1`` into a real MHA host pool vs redis-py ``MGET`` (hiredis parser) and a
+  copy of each value into a preallocated buffer;
+* set: ``batch_set_v1`` vs a redis-py pipeline of ``SET`` (memoryview values, no
+  transaction); the database is flushed before every call (untimed);
+* exists: ``batch_exists`` vs a redis-py pipeline of ``EXISTS``;
+* ``redis-benchmark -t set,get -d <page bytes> -P 16 -c 4`` for context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import redis
+import torch
+from hicache_backend_redis import RedisStorage
+
+from hicache_sdk.bench import Harness
+from hicache_sdk.bench.harness import write_result
+from hicache_sdk.hostpool import MHAHostPool
+from hicache_sdk.spec import HiCacheStorageConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _redis_servers import RedisServer
+
+TOKENS = 64
+
+
+def storage(url: str, pool: Any) -> RedisStorage:
+    sc = HiCacheStorageConfig(
+        model_name="meta-llama/Llama-3-8B", extra_config={"url": url, "key_prefix": "b:"}
+    )
+    s = RedisStorage(sc, {})
+    s.register_mem_pool_host(pool)
+    return s
+
+
+def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int) -> list[Any]:
+    layers = page_kib * 1024 // (2 * 8 * 128 * 2 * TOKENS)
+    pool = MHAHostPool(
+        n * TOKENS, TOKENS, layers, 8, 128, dtype=torch.bfloat16, layout="page_first", pin_memory=False
+    )
+    pool.kv_buffer.view(torch.uint8).copy_(
+        torch.randint(0, 256, pool.kv_buffer.view(torch.uint8).shape, dtype=torch.uint8)
+    )
+    idx = torch.arange(n * TOKENS, dtype=torch.int64)
+    keys = [hashlib.sha256(f"{page_kib}-{i}".encode()).hexdigest() for i in range(n)]
+    r = redis.Redis(host="127.0.0.1", port=srv.port)
+    r.flushdb()
+    s = storage(srv.url, pool)
+    assert s.batch_set_v1(keys, idx) == [True] * n
+    names = sorted(k.decode() for k in r.scan_iter("b:*", count=1000))
+    assert len(names) == n
+    size = int(r.strlen(names[0]))
+    total = size * n
+    arena = np.empty(total, np.uint8)
+    mv = memoryview(arena)
+    params = {"pages": n, "page_bytes": size, "model": "Llama-3-8B MHA bf16, 64 tok/page", "layers": layers}
+
+    def ours_get() -> None:
+        assert s.batch_get_v1(keys, idx) == [True] * n
+
+    def raw_get() -> None:
+        for i, v in enumerate(r.mget(names)):
+            mv[i * size : (i + 1) * size] = v
+
+    results = []
+    h = Harness(f"redis-get-{page_kib}KiB", params)
+    h.add("ours", ours_get, nbytes=total)
+    h.add("raw_redis_py_mget", raw_get, nbytes=total)
+    results.append(h.run(repeats=args.repeats, warmup=1))
+
+    def ours_exists() -> None:
+        assert s.batch_exists(keys) == n
+
+    def raw_exists() -> None:
+        p = r.pipeline(transaction=False)
+        for k in names:
+            p.exists(k)
+        assert sum(p.execute()) == n
+
+    h = Harness(f"redis-exists-{page_kib}KiB", params)
+    h.add("ours", ours_exists)
+    h.add("raw_redis_py_pipeline_exists", raw_exists)
+    results.append(h.run(repeats=args.repeats, warmup=1))
+
+    def ours_set() -> None:
+        assert s.batch_set_v1(keys, idx) == [True] * n
+
+    def raw_set() -> None:
+        p = r.pipeline(transaction=False)
+        for i, k in enumerate(names):
+            p.set(k, mv[i * size : (i + 1) * size])
+        p.execute()
+
+    h = Harness(f"redis-set-{page_kib}KiB", params)
+    h.add("ours", ours_set, nbytes=total)
+    h.add("raw_redis_py_pipeline_set", raw_set, nbytes=total)
+    results.append(h.run(repeats=max(2, args.repeats), warmup=1, setup=r.flushdb))
+    s.close()
+    r.flushdb()
+    r.close()
+    if shutil.which("redis-benchmark"):
+        nreq = max(64, min(2000, (256 << 20) // size))
+        cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(srv.port), "-t", "set,get", "-d", str(size),
+               "-n", str(nreq), "-r", str(n), "-P", "16", "-c", "4", "-q"]  # fmt: skip
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300).stdout
+        print(f"# {' '.join(cmd[:1] + cmd[3:4] + ['PORT'] + cmd[5:])}")
+        for line in out.replace("\r", "\n").splitlines():
+            if "requests per second" in line:
+                rps = float(line.split(":")[1].split()[0])
+                print(f"#   {line.strip()}  = {rps * size / 1e9:.2f} GB/s")
+        r2 = redis.Redis(host="127.0.0.1", port=srv.port)
+        r2.flushdb()
+        r2.close()
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--page-kib", type=int, nargs="+", default=[256, 8192])
+    ap.add_argument("--pages", type=int, nargs="+", default=[128, 32], help="pages per batch, per page size")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    counts = args.pages + [args.pages[-1]] * (len(args.page_kib) - len(args.pages))
+    srv = RedisServer()
+    srv.start()
+    results = []
+    try:
+        t0 = time.monotonic()
+        for kib, n in zip(args.page_kib, counts):
+            for res in bench_page(args, srv, kib, n):
+                res.print_table()
+                results.append(res)
+        print(f"# total {time.monotonic() - t0:.1f} s")
+    finally:
+        srv.close()
+    if args.out:
+        with tempfile.TemporaryDirectory() as d:
+            for res in results:
+                write_result(res, os.path.join(d, "x.json"))
+        import json
+
+        with open(args.out, "w") as f:
+            json.dump([r.to_json() for r in results], f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
