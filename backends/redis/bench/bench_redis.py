@@ -10,6 +10,8 @@ Variants (ratios are of median times; ours/raw <= 1.11 means >= 90 % of raw thro
 * set: ``batch_set_v1`` vs a redis-py pipeline of ``SET`` (memoryview values, no
   transaction); the database is flushed before every call (untimed);
 * exists: ``batch_exists`` vs a redis-py pipeline of ``EXISTS``;
+* ``ours_inline``: the same with ``transfer_timeout_s = 0`` (no deadline, so no staging
+  copy; until the transport kit's cancellable path lands, a deadline means staging);
 * ``redis-benchmark -t set,get -d <page bytes> -P 16 -c 4`` for context.
 """
 
@@ -17,11 +19,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
+import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,6 @@ import torch
 from hicache_backend_redis import RedisStorage
 
 from hicache_sdk.bench import Harness
-from hicache_sdk.bench.harness import write_result
 from hicache_sdk.hostpool import MHAHostPool
 from hicache_sdk.spec import HiCacheStorageConfig
 
@@ -42,10 +42,9 @@ from _redis_servers import RedisServer
 TOKENS = 64
 
 
-def storage(url: str, pool: Any) -> RedisStorage:
-    sc = HiCacheStorageConfig(
-        model_name="meta-llama/Llama-3-8B", extra_config={"url": url, "key_prefix": "b:"}
-    )
+def storage(url: str, pool: Any, **extra: Any) -> RedisStorage:
+    cfg = {"url": url, "key_prefix": "b:", **extra}
+    sc = HiCacheStorageConfig(model_name="meta-llama/Llama-3-8B", extra_config=cfg)
     s = RedisStorage(sc, {})
     s.register_mem_pool_host(pool)
     return s
@@ -64,6 +63,7 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
     r = redis.Redis(host="127.0.0.1", port=srv.port)
     r.flushdb()
     s = storage(srv.url, pool)
+    s_inline = storage(srv.url, pool, transfer_timeout_s=0)
     assert s.batch_set_v1(keys, idx) == [True] * n
     names = sorted(k.decode() for k in r.scan_iter("b:*", count=1000))
     assert len(names) == n
@@ -76,6 +76,9 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
     def ours_get() -> None:
         assert s.batch_get_v1(keys, idx) == [True] * n
 
+    def ours_get_inline() -> None:
+        assert s_inline.batch_get_v1(keys, idx) == [True] * n
+
     def raw_get() -> None:
         for i, v in enumerate(r.mget(names)):
             mv[i * size : (i + 1) * size] = v
@@ -84,6 +87,7 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
     h = Harness(f"redis-get-{page_kib}KiB", params)
     h.add("ours", ours_get, nbytes=total)
     h.add("raw_redis_py_mget", raw_get, nbytes=total)
+    h.add("ours_inline", ours_get_inline, nbytes=total)
     results.append(h.run(repeats=args.repeats, warmup=1))
 
     def ours_exists() -> None:
@@ -103,6 +107,9 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
     def ours_set() -> None:
         assert s.batch_set_v1(keys, idx) == [True] * n
 
+    def ours_set_inline() -> None:
+        assert s_inline.batch_set_v1(keys, idx) == [True] * n
+
     def raw_set() -> None:
         p = r.pipeline(transaction=False)
         for i, k in enumerate(names):
@@ -112,8 +119,10 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
     h = Harness(f"redis-set-{page_kib}KiB", params)
     h.add("ours", ours_set, nbytes=total)
     h.add("raw_redis_py_pipeline_set", raw_set, nbytes=total)
+    h.add("ours_inline", ours_set_inline, nbytes=total)
     results.append(h.run(repeats=max(2, args.repeats), warmup=1, setup=r.flushdb))
     s.close()
+    s_inline.close()
     r.flushdb()
     r.close()
     if shutil.which("redis-benchmark"):
@@ -153,11 +162,6 @@ def main() -> None:
     finally:
         srv.close()
     if args.out:
-        with tempfile.TemporaryDirectory() as d:
-            for res in results:
-                write_result(res, os.path.join(d, "x.json"))
-        import json
-
         with open(args.out, "w") as f:
             json.dump([r.to_json() for r in results], f, indent=1)
 
