@@ -42,6 +42,8 @@ class RedisConfig(BackendConfig):
       than this still goes in a command of its own.
     * ``tls_ca_file`` / ``tls_cert_file`` / ``tls_key_file``: TLS trust and client
       certificate (``rediss://`` needs ``tls_ca_file``).
+    * ``cluster``: the URL names a Redis Cluster node; ``startup_nodes`` (``"host:port"``)
+      are more nodes to learn the topology from.
     """
 
     env_prefix: ClassVar[str] = "redis"
@@ -59,6 +61,8 @@ class RedisConfig(BackendConfig):
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    cluster: bool = False
+    startup_nodes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()

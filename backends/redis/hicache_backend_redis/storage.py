@@ -27,4 +27,8 @@ class RedisStorage(PagedStorage):
     backend_name: ClassVar[str] = "redis"
 
     def create_transport(self, config: Any) -> Transport:
+        if config.cluster:
+            from .cluster_transport import RedisClusterTransport
+
+            return RedisClusterTransport(config)
         return RedisTransport(config)

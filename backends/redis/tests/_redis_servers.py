@@ -73,3 +73,48 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisClusterServers:
+    """Three masters, no replicas, ``cluster-require-full-coverage no`` (servers.md recipe)."""
+
+    def __init__(self, masters: int = 3) -> None:
+        extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+                 "--cluster-require-full-coverage", "no"]  # fmt: skip
+        # an explicit bus port: the default (port + 10000) may not exist for a high free port
+        self.nodes = [RedisServer(extra=[*extra, "--cluster-port", str(free_port())]) for _ in range(masters)]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self) -> None:
+        try:
+            for n in self.nodes:
+                n.start()
+            subprocess.run(
+                ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                 "--cluster-replicas", "0", "--cluster-yes"],
+                check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+            self.wait_ok()
+        except BaseException:
+            self.close()
+            raise
+
+    def cli(self, node: RedisServer, *args: str) -> str:
+        return subprocess.run(
+            ["redis-cli", "-p", str(node.port), *args], check=True, capture_output=True, text=True, timeout=30
+        ).stdout
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        for n in self.nodes:
+            while "cluster_state:ok" not in self.cli(n, "cluster", "info"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the cluster did not reach cluster_state:ok")
+                time.sleep(0.05)
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.close()
