@@ -1,9 +1,11 @@
 """The conformance suite on the redis backend over a 3-master Redis Cluster started here
-(default key scheme, pairwise matrix; L4 faults are covered by ``test_redis_cluster.py``'s
-killed-master test, not through the suite's hooks)."""
+(default key scheme, pairwise matrix). L4 through the suite's hooks kills every master and
+restarts them (they rejoin with their slots, empty); one killed master among live ones is
+``test_redis_cluster.py``'s test."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,8 +65,25 @@ class ClusterRawObjects:
             c.close()
 
 
+class ClusterFaults:
+    """``stop`` kills every master (SIGKILL); ``start`` restarts them and waits for
+    ``cluster_state:ok``."""
+
+    def stop(self) -> None:
+        for n in _CLUSTER.nodes:
+            n.stop()
+
+    def start(self) -> None:
+        for n in _CLUSTER.nodes:
+            n.start()
+        _CLUSTER.wait_ok()
+
+
 class TestRedisClusterBackend(BackendSuite):
     backend = RedisStorage
+    declared_capabilities = dataclasses.replace(RedisStorage.capabilities, fault_injection=True)
+    call_deadline_s = 3.0
+    recovery_s = 10.0
     config = {
         "url": _CLUSTER.url,
         "cluster": True,
@@ -73,6 +92,10 @@ class TestRedisClusterBackend(BackendSuite):
         "socket_timeout_s": 2.0,
         "connect_timeout_s": 1.0,
     }
+
+    @pytest.fixture
+    def fault_hooks(self) -> ClusterFaults:
+        return ClusterFaults()
 
     @pytest.fixture
     def raw_pages(self) -> ClusterRawObjects:
