@@ -12,6 +12,7 @@ Variants (ratios are of median times; ours/raw <= 1.11 means >= 90 % of raw thro
 * exists: ``batch_exists`` vs a redis-py pipeline of ``EXISTS``;
 * ``ours_inline``: the same with ``transfer_timeout_s = 0`` (no deadline, so no staging
   copy; until the transport kit's cancellable path lands, a deadline means staging);
+* ``--cluster``: get and set over a 3-master cluster vs redis-py's ``RedisCluster``;
 * ``redis-benchmark -t set,get -d <page bytes> -P 16 -c 4`` for context.
 """
 
@@ -37,7 +38,7 @@ from hicache_sdk.hostpool import MHAHostPool
 from hicache_sdk.spec import HiCacheStorageConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _redis_servers import RedisServer
+from _redis_servers import RedisClusterServers, RedisServer
 
 TOKENS = 64
 
@@ -141,12 +142,77 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
     return results
 
 
+def bench_cluster(args: argparse.Namespace, page_kib: int, n: int) -> list[Any]:
+    """Ours over a 3-master cluster vs redis-py's ``RedisCluster`` (``mget_nonatomic``: per-node
+    pipelined MGETs, then a copy into a preallocated buffer; a non-transactional pipeline of
+    ``SET`` split per node)."""
+    from redis.cluster import ClusterNode, RedisCluster
+
+    cl = RedisClusterServers()
+    cl.start()
+    try:
+        layers = page_kib * 1024 // (2 * 8 * 128 * 2 * TOKENS)
+        pool = MHAHostPool(
+            n * TOKENS, TOKENS, layers, 8, 128, dtype=torch.bfloat16, layout="page_first", pin_memory=False
+        )
+        pool.kv_buffer.view(torch.uint8).copy_(
+            torch.randint(0, 256, pool.kv_buffer.view(torch.uint8).shape, dtype=torch.uint8)
+        )
+        idx = torch.arange(n * TOKENS, dtype=torch.int64)
+        keys = [hashlib.sha256(f"c{page_kib}-{i}".encode()).hexdigest() for i in range(n)]
+        s = storage(cl.url, pool, cluster=True)
+        r = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cl.nodes[0].port)])
+        assert s.batch_set_v1(keys, idx) == [True] * n
+        names = sorted(k.decode() for k in r.scan_iter(match="b:*", count=1000))
+        assert len(names) == n
+        size = int(r.strlen(names[0]))
+        total = size * n
+        mv = memoryview(np.empty(total, np.uint8))
+        params = {"pages": n, "page_bytes": size, "masters": 3}
+
+        def ours_get() -> None:
+            assert s.batch_get_v1(keys, idx) == [True] * n
+
+        def raw_get() -> None:
+            for i, v in enumerate(r.mget_nonatomic(names)):
+                mv[i * size : (i + 1) * size] = v
+
+        def ours_set() -> None:
+            assert s.batch_set_v1(keys, idx) == [True] * n
+
+        def raw_set() -> None:
+            p = r.pipeline(transaction=False)
+            for i, k in enumerate(names):
+                p.set(k, mv[i * size : (i + 1) * size])
+            p.execute()
+
+        def flush() -> None:
+            for node in cl.nodes:
+                cl.cli(node, "flushall")
+
+        out = []
+        h = Harness(f"redis-cluster-get-{page_kib}KiB", params)
+        h.add("ours", ours_get, nbytes=total)
+        h.add("raw_redis_py_cluster_mget_nonatomic", raw_get, nbytes=total)
+        out.append(h.run(repeats=args.repeats, warmup=1))
+        h = Harness(f"redis-cluster-set-{page_kib}KiB", params)
+        h.add("ours", ours_set, nbytes=total)
+        h.add("raw_redis_py_cluster_pipeline_set", raw_set, nbytes=total)
+        out.append(h.run(repeats=args.repeats, warmup=1, setup=flush))
+        s.close()
+        r.close()
+        return out
+    finally:
+        cl.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--page-kib", type=int, nargs="+", default=[256, 8192])
     ap.add_argument("--pages", type=int, nargs="+", default=[128, 32], help="pages per batch, per page size")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cluster", action="store_true", help="also a 3-master cluster, first page size only")
     args = ap.parse_args()
     counts = args.pages + [args.pages[-1]] * (len(args.page_kib) - len(args.pages))
     srv = RedisServer()
@@ -156,6 +222,10 @@ def main() -> None:
         t0 = time.monotonic()
         for kib, n in zip(args.page_kib, counts):
             for res in bench_page(args, srv, kib, n):
+                res.print_table()
+                results.append(res)
+        if args.cluster:
+            for res in bench_cluster(args, args.page_kib[0], counts[0]):
                 res.print_table()
                 results.append(res)
         print(f"# total {time.monotonic() - t0:.1f} s")
