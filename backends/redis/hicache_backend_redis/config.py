@@ -99,9 +99,14 @@ class Endpoint:
     db: int
     username: str | None
     password: str | None
+    #: ``redis+sentinel://``: the sentinels to ask for the master of ``service``.
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service: str = ""
 
     def __repr__(self) -> str:
-        where = self.unix_path or f"{self.host}:{self.port}"
+        where = self.unix_path or (
+            f"sentinel {self.service}" if self.sentinels else f"{self.host}:{self.port}"
+        )
         return f"Endpoint({'tls ' if self.tls else ''}{where} db={self.db})"
 
 
@@ -109,6 +114,8 @@ def parse_endpoint(cfg: RedisConfig) -> Endpoint:
     """Validate the URL and the TLS settings; raises :class:`ConfigError` naming the key.
     Never connects."""
     shown = redact_url(cfg.url)
+    if cfg.url.lower().startswith("redis+sentinel://"):
+        return _sentinel_endpoint(cfg, shown)
     try:
         parts = urlsplit(cfg.url)
         port = parts.port
@@ -116,7 +123,9 @@ def parse_endpoint(cfg: RedisConfig) -> Endpoint:
         raise ConfigError(f"url: cannot parse {shown!r} ({e})") from None
     scheme = parts.scheme.lower()
     if scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(f"url: scheme must be redis://, rediss:// or unix://, got {shown!r}")
+        raise ConfigError(
+            f"url: scheme must be redis://, rediss://, unix:// or redis+sentinel://, got {shown!r}"
+        )
     user = unquote(parts.username) if parts.username else None
     pw = unquote(parts.password) if parts.password else None
     db = 0
@@ -153,4 +162,39 @@ def parse_endpoint(cfg: RedisConfig) -> Endpoint:
         db=db,
         username=cfg.username if cfg.username is not None else user,
         password=cfg.password if cfg.password is not None else pw,
+    )
+
+
+def _sentinel_endpoint(cfg: RedisConfig, shown: str) -> Endpoint:
+    """``redis+sentinel://[user:pass@]h1:p1[,h2:p2...]/service[/db]``: the credentials are
+    the master's; sentinels are asked without authentication."""
+    rest = cfg.url.split("://", 1)[1].split("?", 1)[0]
+    netloc, _, path = rest.partition("/")
+    user = pw = None
+    if "@" in netloc:
+        cred, _, netloc = netloc.rpartition("@")
+        u, _, p = cred.partition(":")
+        user, pw = (unquote(u) or None), (unquote(p) or None)
+    sentinels: list[tuple[str, int]] = []
+    for hp in netloc.split(","):
+        host, _, port = hp.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"url: sentinel addresses must be host:port, got {shown!r}")
+        sentinels.append((host, int(port)))
+    parts = [x for x in path.split("/") if x]
+    if not parts or len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()):
+        raise ConfigError(f"url: expected redis+sentinel://host:port[,...]/service[/db], got {shown!r}")
+    if cfg.tls_ca_file:
+        raise ConfigError("tls_ca_file: TLS through sentinel is not supported")
+    db = int(parts[1]) if len(parts) == 2 else 0
+    return Endpoint(
+        host=sentinels[0][0],
+        port=0,
+        unix_path=None,
+        tls=False,
+        db=cfg.db if cfg.db >= 0 else db,
+        username=cfg.username if cfg.username is not None else user,
+        password=cfg.password if cfg.password is not None else pw,
+        sentinels=tuple(sentinels),
+        service=parts[0],
     )

@@ -9,6 +9,7 @@ free connection is bounded by ``connect_timeout_s``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import ssl
 import threading
@@ -35,6 +36,9 @@ def _tls_context(cfg: RedisConfig) -> ssl.SSLContext:
 def connect(ep: Endpoint, cfg: RedisConfig, ctx: ssl.SSLContext | None) -> Connection:
     """Open, authenticate and select the database. ``OSError`` when unreachable,
     :class:`AuthError` when the server refuses the credentials or the db."""
+    if ep.sentinels:
+        host, port = master_of(ep, cfg)
+        ep = dataclasses.replace(ep, host=host, port=port, sentinels=())
     if ep.unix_path:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(cfg.connect_timeout_s)
@@ -73,6 +77,27 @@ def connect(ep: Endpoint, cfg: RedisConfig, ctx: ssl.SSLContext | None) -> Conne
         conn.close()
         raise
     return conn
+
+
+def master_of(ep: Endpoint, cfg: RedisConfig) -> tuple[str, int]:
+    """Ask each sentinel in turn for the current master of ``ep.service``; ``OSError`` when
+    none knows it."""
+    for host, port in ep.sentinels:
+        try:
+            sock = socket.create_connection((host, port), timeout=cfg.connect_timeout_s)
+        except OSError:
+            continue
+        c = Connection(sock, cfg.socket_timeout_s)
+        try:
+            c.send([command("SENTINEL", "get-master-addr-by-name", ep.service)])
+            reply = c.reply()
+        except (OSError, ReplyError):
+            continue
+        finally:
+            c.close()
+        if isinstance(reply, list) and len(reply) == 2:
+            return reply[0].decode(), int(reply[1])
+    raise ConnectionError(f"redis: no sentinel knows the master of {ep.service!r}")
 
 
 class Pool:
@@ -136,6 +161,16 @@ class Pool:
             raise
         finally:
             self._release(conn)
+
+    def drop_idle(self) -> None:
+        """Close every idle connection (the master moved: they point at a replica now)."""
+        with self._cond:
+            for c in self._idle:
+                self._retired_trips += c.round_trips
+                c.close()
+            self._count -= len(self._idle)
+            self._idle.clear()
+            self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:

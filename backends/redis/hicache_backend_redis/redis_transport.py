@@ -198,6 +198,9 @@ class RedisTransport(Transport):
                 except ReplyError as e:
                     log.debug("redis SET refused: %s", e)
                     out.append(False)
+                    if str(e).startswith("READONLY"):  # a failover demoted this server
+                        c.broken = True
+                        self._pool.drop_idle()
             return out
 
         return self._call("write", run)
