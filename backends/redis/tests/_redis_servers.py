@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 __all__ = ["RedisServer", "free_port", "redis_server_binary"]
@@ -32,7 +33,8 @@ class RedisServer:
     it back empty on the same port."""
 
     def __init__(self, extra: list[str] | None = None, tls_port: bool = False) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="hicache-redis-"))
+        # made at start(): a module that is collected but not run leaves nothing behind
+        self.dir = Path(tempfile.gettempdir()) / f"hicache-redis-{uuid.uuid4().hex[:12]}"
         self.port = free_port()
         self.tls = tls_port
         self.extra = list(extra or [])
@@ -44,6 +46,7 @@ class RedisServer:
 
     def start(self) -> None:
         assert self.proc is None
+        self.dir.mkdir(mode=0o700, exist_ok=True)
         port_args = ["--port", "0", "--tls-port", str(self.port)] if self.tls else ["--port", str(self.port)]
         args = [redis_server_binary() or "redis-server", *port_args, "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log"),
