@@ -12,6 +12,8 @@ Variants (ratios are of median times; ours/raw <= 1.11 means >= 90 % of raw thro
 * exists: ``batch_exists`` vs a redis-py pipeline of ``EXISTS``;
 * ``ours_inline``: the same with ``transfer_timeout_s = 0`` (no deadline, so no staging
   copy; until the transport kit's cancellable path lands, a deadline means staging);
+* ``--lmcache-dir DIR`` (an unpacked ``lmcache-0.5.6`` wheel; ``pip download lmcache==0.5.6
+  --no-deps`` then unzip): the peer, LMCache's native RESP client, on the same keys and buffers;
 * ``--cluster``: get and set over a 3-master cluster vs redis-py's ``RedisCluster``;
 * ``redis-benchmark -t set,get -d <page bytes> -P 16 -c 4`` for context.
 """
@@ -21,6 +23,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import select
 import shutil
 import subprocess
 import sys
@@ -49,6 +53,42 @@ def storage(url: str, pool: Any, **extra: Any) -> RedisStorage:
     s = RedisStorage(sc, {})
     s.register_mem_pool_host(pool)
     return s
+
+
+class Peer:
+    """LMCache 0.5.6's native RESP client (``lmcache.lmcache_redis.LMCacheRedisClient``, the
+    engine of its ``resp://`` connector), loaded by path from an unpacked wheel: nothing is
+    installed. Synchronous use the way LMCache's ``batch_get_sync`` does it: submit, then wait
+    on its eventfd and drain completions."""
+
+    def __init__(self, lmcache_dir: str, port: int, workers: int) -> None:
+        import glob
+        import importlib.util
+
+        so = glob.glob(os.path.join(lmcache_dir, "lmcache", "lmcache_redis*.so"))[0]
+        spec = importlib.util.spec_from_file_location("lmcache_redis", so)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        self.client = mod.LMCacheRedisClient("127.0.0.1", port, workers)
+        self.fd = self.client.event_fd()
+
+    def wait(self, fid: int) -> Any:
+        while True:
+            for item in self.client.drain_completions():
+                if int(item[0]) == fid:
+                    assert item[1], item[2]
+                    return item[3]
+            select.select([self.fd], [], [], 1.0)
+
+    def get(self, names: list[str], views: list[memoryview]) -> None:
+        self.wait(int(self.client.submit_batch_get(names, views)))
+
+    def set(self, names: list[str], views: list[memoryview]) -> None:
+        self.wait(int(self.client.submit_batch_set(names, views)))
+
+    def exists(self, names: list[str]) -> Any:
+        return self.wait(int(self.client.submit_batch_exists(names)))
 
 
 def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int) -> list[Any]:
@@ -84,11 +124,15 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
         for i, v in enumerate(r.mget(names)):
             mv[i * size : (i + 1) * size] = v
 
+    peer = Peer(args.lmcache_dir, srv.port, args.peer_workers) if args.lmcache_dir else None
+    views = [mv[i * size : (i + 1) * size] for i in range(n)]
     results = []
     h = Harness(f"redis-get-{page_kib}KiB", params)
     h.add("ours", ours_get, nbytes=total)
     h.add("raw_redis_py_mget", raw_get, nbytes=total)
     h.add("ours_inline", ours_get_inline, nbytes=total)
+    if peer is not None:
+        h.add("peer_lmcache_resp", lambda: peer.get(names, views), nbytes=total)
     results.append(h.run(repeats=args.repeats, warmup=1))
 
     def ours_exists() -> None:
@@ -103,6 +147,8 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
     h = Harness(f"redis-exists-{page_kib}KiB", params)
     h.add("ours", ours_exists)
     h.add("raw_redis_py_pipeline_exists", raw_exists)
+    if peer is not None:
+        h.add("peer_lmcache_resp", lambda: peer.exists(names))
     results.append(h.run(repeats=args.repeats, warmup=1))
 
     def ours_set() -> None:
@@ -121,6 +167,8 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
     h.add("ours", ours_set, nbytes=total)
     h.add("raw_redis_py_pipeline_set", raw_set, nbytes=total)
     h.add("ours_inline", ours_set_inline, nbytes=total)
+    if peer is not None:
+        h.add("peer_lmcache_resp", lambda: peer.set(names, views), nbytes=total)
     results.append(h.run(repeats=max(2, args.repeats), warmup=1, setup=r.flushdb))
     s.close()
     s_inline.close()
@@ -212,6 +260,8 @@ def main() -> None:
     ap.add_argument("--pages", type=int, nargs="+", default=[128, 32], help="pages per batch, per page size")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--lmcache-dir", default=None, help="an unpacked lmcache-0.5.6 wheel: adds the peer")
+    ap.add_argument("--peer-workers", type=int, default=4)
     ap.add_argument("--cluster", action="store_true", help="also a 3-master cluster, first page size only")
     args = ap.parse_args()
     counts = args.pages + [args.pages[-1]] * (len(args.page_kib) - len(args.pages))
