@@ -12,6 +12,8 @@ need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 "$PY" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
     || need+=(python3-dev)
+# The redis backend's tests and benchmark start real redis-server processes.
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
@@ -22,4 +24,4 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # torch first, pinned by constraints.txt (an unpinned torch would pull a multi-GB CUDA build).
 "${PIP[@]}" install -c constraints.txt torch==2.13.0 numpy
 "${PIP[@]}" install -c constraints.txt -r requirements-dev.txt
-"${PIP[@]}" install -c constraints.txt -e . -e backends/file -e conformance
+"${PIP[@]}" install -c constraints.txt -e . -e backends/file -e backends/redis -e conformance

@@ -1,0 +1,183 @@
+"""Connecting (TCP / Unix / TLS, ``AUTH``, ``SELECT``) and a bounded connection pool.
+
+:meth:`Pool.connection` lends one :class:`~.resp.Connection` to one caller; a connection
+that saw any error (``broken``) is closed instead of returned, so a reply cut short (a
+server killed mid-batch, a cancelled read) never poisons the next caller. Waiting for a
+free connection is bounded by ``connect_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+
+from .config import Endpoint, RedisConfig
+from .resp import Connection, ReplyError, command
+
+__all__ = ["AuthError", "Pool", "connect"]
+
+
+class AuthError(Exception):
+    """``AUTH`` or ``SELECT`` was refused (wrong credentials, unknown db): a configuration error."""
+
+
+def _tls_context(cfg: RedisConfig) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=cfg.tls_ca_file)
+    if cfg.tls_cert_file and cfg.tls_key_file:
+        ctx.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
+    return ctx
+
+
+def connect(ep: Endpoint, cfg: RedisConfig, ctx: ssl.SSLContext | None) -> Connection:
+    """Open, authenticate and select the database. ``OSError`` when unreachable,
+    :class:`AuthError` when the server refuses the credentials or the db."""
+    if ep.sentinels:
+        host, port = master_of(ep, cfg)
+        ep = dataclasses.replace(ep, host=host, port=port, sentinels=())
+    if ep.unix_path:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(cfg.connect_timeout_s)
+        try:
+            sock.connect(ep.unix_path)
+        except OSError:
+            sock.close()
+            raise
+    else:
+        sock = socket.create_connection((ep.host, ep.port), timeout=cfg.connect_timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if ctx is not None:
+        try:
+            sock = ctx.wrap_socket(sock, server_hostname=ep.host)
+        except OSError:
+            sock.close()
+            raise
+    conn = Connection(sock, cfg.socket_timeout_s)
+    try:
+        hello: list[tuple[str, bytes]] = []
+        if ep.password is not None:
+            args = ["AUTH", ep.username, ep.password] if ep.username else ["AUTH", ep.password]
+            hello.append(("AUTH", command(*args)))
+        if ep.db:
+            hello.append(("SELECT", command("SELECT", ep.db)))
+        if hello:
+            conn.send([c for _, c in hello])
+            conn.round_trips -= 1  # the handshake is not a batch's round trip
+            for what, _ in hello:
+                try:
+                    conn.reply()
+                except ReplyError as e:
+                    # The server's message names no secret (e.g. "WRONGPASS invalid ...").
+                    raise AuthError(f"{what} refused: {e}") from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def master_of(ep: Endpoint, cfg: RedisConfig) -> tuple[str, int]:
+    """Ask each sentinel in turn for the current master of ``ep.service``; ``OSError`` when
+    none knows it."""
+    for host, port in ep.sentinels:
+        try:
+            sock = socket.create_connection((host, port), timeout=cfg.connect_timeout_s)
+        except OSError:
+            continue
+        c = Connection(sock, cfg.socket_timeout_s)
+        try:
+            c.send([command("SENTINEL", "get-master-addr-by-name", ep.service)])
+            reply = c.reply()
+        except (OSError, ReplyError):
+            continue
+        finally:
+            c.close()
+        if isinstance(reply, list) and len(reply) == 2:
+            return reply[0].decode(), int(reply[1])
+    raise ConnectionError(f"redis: no sentinel knows the master of {ep.service!r}")
+
+
+class Pool:
+    """At most ``pool_size`` connections, created lazily, reused LIFO."""
+
+    def __init__(self, ep: Endpoint, cfg: RedisConfig) -> None:
+        self.ep = ep
+        self.cfg = cfg
+        self._ctx = _tls_context(cfg) if ep.tls else None
+        self._idle: list[Connection] = []
+        self._count = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        #: Round trips of connections already closed (see :attr:`round_trips`).
+        self._retired_trips = 0
+
+    @property
+    def round_trips(self) -> int:
+        """Request flushes that waited for replies, over every connection ever opened."""
+        with self._cond:
+            return self._retired_trips + sum(c.round_trips for c in self._idle)
+
+    def _acquire(self) -> Connection | None:
+        deadline = time.monotonic() + self.cfg.connect_timeout_s
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise ConnectionError("redis: transport closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._count < self.cfg.pool_size:
+                    self._count += 1
+                    return None
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("redis: no free connection within connect_timeout_s")
+                self._cond.wait(left)
+
+    def _release(self, conn: Connection | None) -> None:
+        with self._cond:
+            if conn is None or conn.broken or self._closed:
+                self._count -= 1
+                if conn is not None:
+                    self._retired_trips += conn.round_trips
+                    conn.close()
+            else:
+                self._idle.append(conn)
+            self._cond.notify()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """Lend a connection; a broken one is closed on return, never reused."""
+        conn = self._acquire()
+        try:
+            if conn is None:
+                conn = connect(self.ep, self.cfg, self._ctx)
+            yield conn
+        except BaseException:
+            if conn is not None:
+                conn.broken = True
+            raise
+        finally:
+            self._release(conn)
+
+    def drop_idle(self) -> None:
+        """Close every idle connection (the master moved: they point at a replica now)."""
+        with self._cond:
+            for c in self._idle:
+                self._retired_trips += c.round_trips
+                c.close()
+            self._count -= len(self._idle)
+            self._idle.clear()
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            for c in self._idle:
+                self._retired_trips += c.round_trips
+                c.close()
+            self._count -= len(self._idle)
+            self._idle.clear()
+            self._cond.notify_all()

@@ -1,0 +1,267 @@
+"""A small RESP2 connection whose bulk replies land straight in caller memory.
+
+:class:`Connection` owns one socket (TCP, Unix or TLS). Requests are written with
+``sendmsg`` (or ``sendall`` over TLS) from a list of buffers, so page bytes are sent from
+the caller's memory without a copy. Replies are parsed from a small private buffer, except
+bulk values read *into* segments: :meth:`Connection.read_bulk_into` copies what is already
+buffered (at most one receive buffer) and ``recv_into``s the rest straight into the
+segments' memory.
+
+The socket is non-blocking: every receive is ``poll`` then one ``recv_into`` that cannot
+block, bounded by ``socket_timeout_s``. When a cancel token is given, each receive into
+caller memory runs inside ``token.guard()`` (which raises once the token is cancelled), so
+after ``cancel()`` returns no byte of caller memory is touched again. Any error leaves the
+connection in an unknown protocol state: the caller must :meth:`close` it (``broken`` is set).
+
+Edge cases: a null bulk (``$-1``) is a miss; a bulk of another size than the segments is
+drained into scratch memory and reported as a size mismatch; an error reply becomes
+:class:`ReplyError` (the connection stays usable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import select
+import socket
+import ssl
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+__all__ = ["Connection", "ProtocolError", "ReplyError", "command", "views_of"]
+
+_CRLF = b"\r\n"
+_RECV = 1 << 16
+_SCRATCH = bytearray(1 << 20)
+
+
+class ReplyError(Exception):
+    """The server answered with an error reply (``-ERR ...``, ``-NOPERM ...``)."""
+
+
+class ProtocolError(OSError):
+    """The byte stream is not what RESP says it must be."""
+
+
+class CancelGuard(Protocol):
+    def guard(self) -> contextlib.AbstractContextManager[Any]: ...
+
+
+def command(*args: bytes | str | int) -> bytes:
+    """Encode a command whose arguments are small (keys, options)."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+def views_of(segments: Sequence[tuple[int, int]]) -> list[memoryview]:
+    """Writable byte views over ``(address, nbytes)`` pieces (no copy)."""
+    return [memoryview((ctypes.c_char * n).from_address(a)).cast("B") for a, n in segments if n]
+
+
+class Connection:
+    """One RESP connection; not thread-safe (the pool hands it to one caller at a time)."""
+
+    def __init__(self, sock: socket.socket, timeout_s: float) -> None:
+        self.sock = sock
+        self.timeout_s = timeout_s
+        self.tls = isinstance(sock, ssl.SSLSocket)
+        sock.setblocking(False)
+        self._buf = bytearray(_RECV)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        self.broken = False
+        #: Request flushes followed by a wait for replies (the round trips of this connection).
+        self.round_trips = 0
+
+    # -- writing -------------------------------------------------------------------------
+    def send(self, parts: Sequence[bytes | memoryview]) -> None:
+        """Write every part, in order, without copying large parts; counts a round trip."""
+        self.round_trips += 1
+        deadline = time.monotonic() + self.timeout_s
+        pending = [memoryview(p).cast("B") for p in parts if len(p)]
+        i = 0
+        while i < len(pending):
+            try:
+                # TLS sockets have no sendmsg; a plain socket sends many parts per call.
+                n = self.sock.send(pending[i]) if self.tls else self.sock.sendmsg(pending[i : i + 512])
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                self._wait(select.POLLOUT, deadline)
+                continue
+            except OSError:
+                self.broken = True
+                raise
+            while n and i < len(pending):
+                if n >= len(pending[i]):
+                    n -= len(pending[i])
+                    i += 1
+                else:
+                    pending[i] = pending[i][n:]
+                    n = 0
+
+    # -- reading -------------------------------------------------------------------------
+    def _wait(self, events: int, deadline: float) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            self.broken = True
+            raise TimeoutError("redis: no reply within socket_timeout_s")
+        p = select.poll()
+        p.register(self.sock.fileno(), events)
+        if not p.poll(left * 1000):
+            self.broken = True
+            raise TimeoutError("redis: no reply within socket_timeout_s")
+
+    def _recv_into(self, view: memoryview, deadline: float) -> int:
+        while True:
+            try:
+                n = self.sock.recv_into(view)
+            except (BlockingIOError, ssl.SSLWantReadError):
+                self._wait(select.POLLIN, deadline)
+                continue
+            except OSError:
+                self.broken = True
+                raise
+            if n == 0:
+                self.broken = True
+                raise ConnectionResetError("redis: connection closed by the server")
+            return n
+
+    def _recv_nowait(self, view: memoryview) -> int:
+        """One receive that cannot block: 0 when no byte is ready."""
+        try:
+            n = self.sock.recv_into(view)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            return 0
+        except OSError:
+            self.broken = True
+            raise
+        if n == 0:
+            self.broken = True
+            raise ConnectionResetError("redis: connection closed by the server")
+        return n
+
+    def _fill(self, deadline: float) -> None:
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif self._end == len(self._buf):
+            if self._start == 0:
+                self.broken = True
+                raise ProtocolError("redis: reply header longer than the receive buffer")
+            rest = self._end - self._start
+            self._buf[:rest] = self._buf[self._start : self._end]
+            self._start, self._end = 0, rest
+        self._end += self._recv_into(self._view[self._end :], deadline)
+
+    def _line(self, deadline: float) -> bytes:
+        while True:
+            i = self._buf.find(_CRLF, self._start, self._end)
+            if i >= 0:
+                line = bytes(self._buf[self._start : i])
+                self._start = i + 2
+                return line
+            self._fill(deadline)
+
+    def _take(self, n: int, deadline: float) -> bytes:
+        while self._end - self._start < n:
+            self._fill(deadline)
+        out = bytes(self._buf[self._start : self._start + n])
+        self._start += n
+        return out
+
+    def header(self) -> tuple[int, int]:
+        """Read one reply header: ``(kind, value)`` where kind is one of ``*$:+`` as an
+        ordinal; ``+`` replies have value 0; error replies raise :class:`ReplyError`."""
+        deadline = time.monotonic() + self.timeout_s
+        line = self._line(deadline)
+        if not line:
+            self.broken = True
+            raise ProtocolError("redis: empty reply line")
+        kind = line[0]
+        if kind == 0x2D:  # '-'
+            raise ReplyError(line[1:].decode(errors="replace"))
+        if kind == 0x2B:  # '+'
+            return kind, 0
+        if kind in (0x2A, 0x24, 0x3A):  # * $ :
+            try:
+                return kind, int(line[1:])
+            except ValueError:
+                pass
+        self.broken = True
+        raise ProtocolError(f"redis: unexpected reply {line[:40]!r}")
+
+    def reply(self) -> Any:
+        """Read a whole small reply (status, integer, bulk as bytes, arrays as lists)."""
+        kind, n = self.header()
+        if kind == 0x2B or kind == 0x3A:
+            return n if kind == 0x3A else "OK"
+        if kind == 0x24:
+            if n < 0:
+                return None
+            data = self._take(n + 2, time.monotonic() + self.timeout_s)
+            return data[:-2]
+        if n < 0:
+            return None
+        return [self.reply() for _ in range(n)]
+
+    def read_bulk_into(
+        self, segments: Sequence[tuple[int, int]], cancel: CancelGuard | None = None
+    ) -> bool | None:
+        """Read one bulk reply into ``segments``.
+
+        ``None`` for a null bulk (absent), ``True`` when its size equals the segments'
+        total and every byte landed, ``False`` for a size mismatch (the value is drained)."""
+        kind, n = self.header()
+        if kind != 0x24:
+            self.broken = True
+            raise ProtocolError("redis: expected a bulk reply")
+        if n < 0:
+            return None
+        deadline = time.monotonic() + self.timeout_s
+        want = sum(s for _, s in segments)
+        if n != want:
+            self._drain(n + 2, deadline)
+            return False
+        for view in views_of(segments):
+            pos = 0
+            size = len(view)
+            while pos < size:
+                have = self._end - self._start
+                if have:
+                    k = min(have, size - pos)
+                    if cancel is None:
+                        view[pos : pos + k] = self._view[self._start : self._start + k]
+                    else:
+                        with cancel.guard():
+                            view[pos : pos + k] = self._view[self._start : self._start + k]
+                    self._start += k
+                elif cancel is None:
+                    k = self._recv_into(view[pos:], deadline)
+                else:
+                    # Wait outside the guard (cancel() must never wait on a poll); the
+                    # receive under it cannot block.
+                    if not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
+                        self._wait(select.POLLIN, deadline)
+                    with cancel.guard():
+                        k = self._recv_nowait(view[pos:])
+                pos += k
+        if self._take(2, deadline) != _CRLF:
+            self.broken = True
+            raise ProtocolError("redis: bulk reply not terminated by CRLF")
+        return True
+
+    def _drain(self, n: int, deadline: float) -> None:
+        have = min(n, self._end - self._start)
+        self._start += have
+        n -= have
+        scratch = memoryview(_SCRATCH)
+        while n:
+            n -= self._recv_into(scratch[: min(n, len(scratch))], deadline)
+
+    def close(self) -> None:
+        self.broken = True
+        with contextlib.suppress(OSError):
+            self.sock.close()

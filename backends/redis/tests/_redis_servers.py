@@ -1,0 +1,123 @@
+"""Real ``redis-server`` processes for the tests: free 127.0.0.1 ports, no persistence,
+stopped by PID (also on failure), restartable on the same port (L4 faults)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+__all__ = ["RedisServer", "free_port", "redis_server_binary"]
+
+
+def redis_server_binary() -> str | None:
+    return shutil.which("redis-server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """One ``redis-server`` on a free loopback port. ``extra`` are more command-line args
+    (TLS, ACL). ``stop()`` kills it (SIGKILL: a crash, not a shutdown); ``start()`` brings
+    it back empty on the same port."""
+
+    def __init__(self, extra: list[str] | None = None, tls_port: bool = False) -> None:
+        # made at start(): a module that is collected but not run leaves nothing behind
+        self.dir = Path(tempfile.gettempdir()) / f"hicache-redis-{uuid.uuid4().hex[:12]}"
+        self.port = free_port()
+        self.tls = tls_port
+        self.extra = list(extra or [])
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        assert self.proc is None
+        self.dir.mkdir(mode=0o700, exist_ok=True)
+        port_args = ["--port", "0", "--tls-port", str(self.port)] if self.tls else ["--port", str(self.port)]
+        args = [redis_server_binary() or "redis-server", *port_args, "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log"),
+                *self.extra]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                log = (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+                self.proc = None
+                raise RuntimeError(f"redis-server exited at start:\n{log}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
+                return
+            time.sleep(0.02)
+        self.stop()
+        raise RuntimeError("redis-server did not listen within 10 s")
+
+    def stop(self) -> None:
+        """Kill by PID and reap; idempotent."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisClusterServers:
+    """Three masters, no replicas, ``cluster-require-full-coverage no`` (servers.md recipe)."""
+
+    def __init__(self, masters: int = 3) -> None:
+        extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+                 "--cluster-require-full-coverage", "no"]  # fmt: skip
+        # an explicit bus port: the default (port + 10000) may not exist for a high free port
+        self.nodes = [RedisServer(extra=[*extra, "--cluster-port", str(free_port())]) for _ in range(masters)]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self) -> None:
+        try:
+            for n in self.nodes:
+                n.start()
+            subprocess.run(
+                ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                 "--cluster-replicas", "0", "--cluster-yes"],
+                check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+            self.wait_ok()
+        except BaseException:
+            self.close()
+            raise
+
+    def cli(self, node: RedisServer, *args: str) -> str:
+        return subprocess.run(
+            ["redis-cli", "-p", str(node.port), *args], check=True, capture_output=True, text=True, timeout=30
+        ).stdout
+
+    def wait_ok(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        for n in self.nodes:
+            while "cluster_state:ok" not in self.cli(n, "cluster", "info"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the cluster did not reach cluster_state:ok")
+                time.sleep(0.05)
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.close()

@@ -1,0 +1,126 @@
+"""Redis Cluster (3 masters started here, killed by PID): per-node split, results in key
+order, MOVED and ASK while a slot migrates, a killed master's keys miss while the others
+serve, recovery after its restart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from _redis_servers import RedisClusterServers, RedisServer
+from hicache_backend_redis import RedisConfig
+from hicache_backend_redis.cluster_transport import RedisClusterTransport
+from redis.crc import key_slot
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServers]:
+    c = RedisClusterServers()
+    c.start()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _segs(a: np.ndarray) -> list[tuple[int, int]]:
+    return [(int(a.ctypes.data), a.nbytes)]
+
+
+def _make(cluster: RedisClusterServers, prefix: str) -> RedisClusterTransport:
+    others = [f"127.0.0.1:{n.port}" for n in cluster.nodes[1:]]
+    return RedisClusterTransport(
+        RedisConfig(url=cluster.url, cluster=True, startup_nodes=tuple(others), key_prefix=prefix,
+                    connect_timeout_s=0.5, socket_timeout_s=2.0)
+    )  # fmt: skip
+
+
+def _owner(cluster: RedisClusterServers, name: str) -> RedisServer:
+    slot = key_slot(name.encode())
+    for line in cluster.cli(cluster.nodes[0], "cluster", "nodes").splitlines():
+        f = line.split()
+        port = int(f[1].split(":")[1].split("@")[0])
+        for r in f[8:]:
+            lo, _, hi = r.partition("-")
+            if lo.isdigit() and int(lo) <= slot <= int(hi or lo):
+                return next(n for n in cluster.nodes if n.port == port)
+    raise AssertionError(f"no owner for slot {slot}")
+
+
+def _node_id(cluster: RedisClusterServers, node: RedisServer) -> str:
+    return cluster.cli(node, "cluster", "myid").strip()
+
+
+def test_batches_split_per_node_in_key_order(cluster: RedisClusterServers) -> None:
+    t = _make(cluster, "c1:")
+    try:
+        pages = [np.full(10_000 + i, i, np.uint8) for i in range(60)]
+        keys = [f"k{i}" for i in range(60)]
+        owners = {_owner(cluster, "c1:" + k).port for k in keys}
+        assert len(owners) == 3  # the batch really spans every master
+        before = t.round_trips
+        assert t.write(keys, [_segs(p) for p in pages]) == [True] * 60
+        assert t.round_trips - before == 3  # one pipelined round trip per node
+        assert t.exists([*keys, "none"]) == [10_000 + i for i in range(60)] + [None]
+        out = [np.zeros_like(p) for p in pages]
+        assert t.read(keys, [_segs(o) for o in out]) == [True] * 60
+        assert all(np.array_equal(a, b) for a, b in zip(out, pages))
+        t.clear("")
+        assert t.exists(keys) == [None] * 60
+    finally:
+        t.close()
+
+
+def test_moved_and_ask_while_a_slot_migrates(cluster: RedisClusterServers) -> None:
+    t = _make(cluster, "c2:")
+    try:
+        key = "mig"
+        name = "c2:" + key
+        slot = key_slot(name.encode())
+        src = _owner(cluster, name)
+        dst = next(n for n in cluster.nodes if n is not src)
+        a = np.arange(5000, dtype=np.uint16).view(np.uint8)
+        assert t.write([key], [_segs(a)]) == [True]
+        src_id, dst_id = _node_id(cluster, src), _node_id(cluster, dst)
+        cluster.cli(dst, "cluster", "setslot", str(slot), "importing", src_id)
+        cluster.cli(src, "cluster", "setslot", str(slot), "migrating", dst_id)
+        cluster.cli(src, "migrate", "127.0.0.1", str(dst.port), "", "0", "5000", "keys", name)
+        # Mid-migration: the source answers ASK for the moved key.
+        out = np.zeros_like(a)
+        assert t.read([key], [_segs(out)]) == [True]
+        assert np.array_equal(out, a)
+        assert t.exists([key]) == [a.nbytes]
+        for n in cluster.nodes:
+            cluster.cli(n, "cluster", "setslot", str(slot), "node", dst_id)
+        # Done: the source answers MOVED; the map is refreshed and the key read from dst.
+        out[:] = 0
+        assert t.read([key], [_segs(out)]) == [True]
+        assert np.array_equal(out, a)
+        assert _owner(cluster, name) is dst
+    finally:
+        t.close()
+
+
+def test_killed_master_misses_while_others_serve_then_recovers(cluster: RedisClusterServers) -> None:
+    t = _make(cluster, "c3:")
+    try:
+        keys = [f"k{i}" for i in range(30)]
+        pages = [np.full(2000, i, np.uint8) for i in range(30)]
+        assert t.write(keys, [_segs(p) for p in pages]) == [True] * 30
+        victim = cluster.nodes[2]
+        lost = [_owner(cluster, "c3:" + k) is victim for k in keys]
+        assert any(lost) and not all(lost)
+        victim.stop()
+        out = [np.zeros_like(p) for p in pages]
+        got = t.read(keys, [_segs(o) for o in out])
+        assert got == [not x for x in lost]
+        assert all(np.array_equal(out[i], pages[i]) for i in range(30) if got[i])
+        assert t.exists(keys) == [None if x else 2000 for x in lost]
+        victim.start()  # empty, rejoins with its slots (nodes.conf kept in its dir)
+        cluster.wait_ok()
+        assert t.exists(keys) == [None if x else 2000 for x in lost]
+        assert t.write(keys, [_segs(p) for p in pages]) == [True] * 30
+        assert t.read(keys, [_segs(o) for o in out]) == [True] * 30
+    finally:
+        t.close()

@@ -1,0 +1,140 @@
+"""RedisTransport against a real redis-server: values, round trips, bounded commands,
+create-if-absent, size mismatches, clear, scatter/gather."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from _redis_servers import RedisServer
+from hicache_backend_redis import RedisTransport
+from hicache_backend_redis.resp import Connection, command
+
+Make = Callable[..., RedisTransport]
+
+
+def segs(a: np.ndarray, parts: int = 1) -> list[tuple[int, int]]:
+    n = a.nbytes
+    cuts = [n * p // parts for p in range(parts + 1)]
+    base = int(a.ctypes.data)
+    return [(base + cuts[p], cuts[p + 1] - cuts[p]) for p in range(parts)]
+
+
+def pattern(seed: int, n: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+def raw(server: RedisServer, *args: bytes | str | int) -> object:
+    """One command on a connection of our own (out of band)."""
+    c = Connection(socket.create_connection(("127.0.0.1", server.port), 2), 5)
+    try:
+        c.send([command(*args)])
+        return c.reply()
+    finally:
+        c.close()
+
+
+def test_round_trip_values_and_misses(make_transport: Make, request: pytest.FixtureRequest) -> None:
+    t = make_transport(key_prefix=f"t:{request.node.name}:")
+    pages = [pattern(i, 4096 + i) for i in range(5)]
+    keys = [f"k{i}" for i in range(5)]
+    assert t.write(keys[:3], [segs(p, 3) for p in pages[:3]]) == [True] * 3
+    assert t.exists(keys) == [4096, 4097, 4098, None, None]
+    out = [np.zeros_like(p) for p in pages]
+    assert t.read(keys, [segs(o, 2) for o in out]) == [True, True, True, False, False]
+    for i in range(3):
+        assert np.array_equal(out[i], pages[i])
+
+
+def test_one_round_trip_per_batch(make_transport: Make, request: pytest.FixtureRequest) -> None:
+    t = make_transport(key_prefix=f"t:{request.node.name}:", max_command_bytes=1 << 16)
+    pages = [pattern(i, 40000) for i in range(64)]  # 64 x 40 kB: ~40 MGET commands of <= 64 KiB
+    keys = [f"k{i}" for i in range(64)]
+    t.exists(["warm"])  # open the connection
+    before = t.round_trips
+    assert t.write(keys, [segs(p) for p in pages]) == [True] * 64
+    assert t.round_trips == before + 1
+    assert t.exists(keys) == [40000] * 64
+    assert t.round_trips == before + 2
+    out = [np.zeros_like(p) for p in pages]
+    assert t.read(keys, [segs(o) for o in out]) == [True] * 64
+    assert t.round_trips == before + 3
+    assert all(np.array_equal(a, b) for a, b in zip(out, pages))
+
+
+def test_commands_are_bounded(
+    make_transport: Make, redis_server: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    """The read of 16 x 64 KiB with max_command_bytes = 128 KiB is 8 MGETs (counted by the
+    server's own command statistics), not one."""
+    t = make_transport(key_prefix=f"t:{request.node.name}:", max_command_bytes=128 << 10)
+    pages = [pattern(i, 64 << 10) for i in range(16)]
+    keys = [f"k{i}" for i in range(16)]
+    assert t.write(keys, [segs(p) for p in pages]) == [True] * 16
+
+    def mget_calls() -> int:
+        info = raw(redis_server, "INFO", "commandstats")
+        assert isinstance(info, bytes)
+        for line in info.decode().splitlines():
+            if line.startswith("cmdstat_mget:"):
+                return int(line.split("calls=")[1].split(",")[0])
+        return 0
+
+    before = mget_calls()
+    out = [np.zeros_like(p) for p in pages]
+    assert t.read(keys, [segs(o) for o in out]) == [True] * 16
+    assert mget_calls() - before == 8
+    assert all(np.array_equal(a, b) for a, b in zip(out, pages))
+
+
+def test_create_if_absent(make_transport: Make, request: pytest.FixtureRequest) -> None:
+    t = make_transport(key_prefix=f"t:{request.node.name}:")
+    a, b = pattern(1, 1000), pattern(2, 1000)
+    assert t.write(["x", "x"], [segs(a), segs(b)]) == [True, True]
+    out = np.zeros(1000, np.uint8)
+    assert t.read(["x"], [segs(out)]) == [True]
+    assert np.array_equal(out, a)  # first writer wins, the second left it untouched
+
+
+def test_size_mismatch_is_a_miss_and_the_connection_survives(
+    make_transport: Make, request: pytest.FixtureRequest
+) -> None:
+    t = make_transport(key_prefix=f"t:{request.node.name}:", pool_size=1)
+    a = pattern(3, 5000)
+    assert t.write(["x", "y"], [segs(a), segs(a)]) == [True, True]
+    small, big, ok = np.zeros(4000, np.uint8), np.zeros(6000, np.uint8), np.zeros(5000, np.uint8)
+    assert t.read(["x", "y", "x"], [segs(small), segs(big), segs(ok)]) == [False, False, True]
+    assert np.array_equal(ok, a)
+
+
+def test_ttl_and_prefix(
+    make_transport: Make, redis_server: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    prefix = f"t:{request.node.name}:"
+    t = make_transport(key_prefix=prefix, ttl_s=100)
+    assert t.write(["x"], [segs(pattern(4, 10))]) == [True]
+    ttl = raw(redis_server, "PTTL", prefix + "x")
+    assert isinstance(ttl, int) and 90_000 < ttl <= 100_000
+
+
+def test_delete_and_clear_stay_in_prefix(make_transport: Make, request: pytest.FixtureRequest) -> None:
+    t = make_transport(key_prefix=f"t:{request.node.name}:[a]*")  # glob characters are escaped
+    other = make_transport(key_prefix=f"t:{request.node.name}:b")
+    v = segs(pattern(5, 100))
+    assert t.write(["n1/a", "n1/b", "n2/a"], [v, v, v]) == [True] * 3
+    assert other.write(["n1/a"], [v]) == [True]
+    t.delete(["n1/a", "missing"])
+    assert t.exists(["n1/a", "n1/b"]) == [None, 100]
+    t.clear("n1/")
+    assert t.exists(["n1/b", "n2/a"]) == [None, 100]
+    t.clear("")
+    assert t.exists(["n2/a"]) == [None]
+    assert other.exists(["n1/a"]) == [100]
+
+
+def test_empty_batches_and_health(make_transport: Make) -> None:
+    t = make_transport()
+    assert t.exists([]) == [] and t.read([], []) == [] and t.write([], []) == []
+    assert t.health() is True
