@@ -51,6 +51,9 @@ class S3Transport(Transport):
         persistent=True, shared_across_processes=True, delete=True, health=True
     )
 
+    #: Keys per listing page and per ``DeleteObjects`` request (S3's maximum for both).
+    page_keys: ClassVar[int] = 1000
+
     def __init__(self, cfg: S3Config) -> None:
         self.cfg = cfg
         self.bucket = cfg.bucket
@@ -262,8 +265,9 @@ class S3Transport(Transport):
         self._delete_objects([self._key(k) for k in dict.fromkeys(keys)])
 
     def _delete_objects(self, full: list[str]) -> None:
-        for s in range(0, len(full), 1000):
-            chunk = [{"Key": k} for k in full[s : s + 1000]]
+        step = self.page_keys
+        for s in range(0, len(full), step):
+            chunk = [{"Key": k} for k in full[s : s + step]]
             try:
                 self._xfer.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
             except Exception as e:
@@ -274,7 +278,7 @@ class S3Transport(Transport):
         deletes). Errors propagate as ``TransportError`` (an admin call)."""
         try:
             pages = self._xfer.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=self._key(prefix), PaginationConfig={"PageSize": 1000}
+                Bucket=self.bucket, Prefix=self._key(prefix), PaginationConfig={"PageSize": self.page_keys}
             )
             for page in pages:
                 keys = [o["Key"] for o in page.get("Contents", ())]

@@ -6,9 +6,9 @@ server by PID on the same port; the restart recreates the bucket, as an operator
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,17 +20,16 @@ from _server import CREDS, MotoServer  # noqa: E402
 
 BUCKET = "conformance"
 _SERVER = MotoServer()
-_STARTED = False
 
 
-def _server() -> MotoServer:
-    global _STARTED
-    if not _STARTED:
-        _SERVER.start()
+@pytest.fixture(scope="module", autouse=True)
+def _moto() -> Iterator[MotoServer]:
+    _SERVER.start()
+    try:
         _SERVER.make_bucket(BUCKET)
-        atexit.register(_SERVER.stop)
-        _STARTED = True
-    return _SERVER
+        yield _SERVER
+    finally:
+        _SERVER.stop()
 
 
 _CFG = {
@@ -86,10 +85,6 @@ class TestS3Backend(BackendSuite):
     declared_capabilities = S3Storage.capabilities.__class__(
         **{**S3Storage.capabilities.to_dict(), "fault_injection": True}
     )
-
-    @pytest.fixture(autouse=True, scope="class")
-    def _moto(self) -> None:
-        _server()
 
     @pytest.fixture
     def raw_pages(self) -> S3RawObjects:
