@@ -77,13 +77,17 @@ class S3Config(BackendConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.bucket:
-            raise ValueError("bucket is required (an existing bucket name; set create_bucket=true to create it)")
+            raise ValueError(
+                "bucket is required (an existing bucket name; set create_bucket=true to create it)"
+            )
         if not 3 <= len(self.bucket) <= 63:
             raise ValueError(f"bucket must be 3..63 characters, got {self.bucket!r}")
         if self.prefix.startswith("/"):
             raise ValueError(f"prefix must not start with '/', got {self.prefix!r}")
         if self.addressing_style not in ("auto", "path", "virtual"):
-            raise ValueError(f"addressing_style must be 'auto', 'path' or 'virtual', got {self.addressing_style!r}")
+            raise ValueError(
+                f"addressing_style must be 'auto', 'path' or 'virtual', got {self.addressing_style!r}"
+            )
         if self.conditional_put not in ("auto", "on", "off"):
             raise ValueError(f"conditional_put must be 'auto', 'on' or 'off', got {self.conditional_put!r}")
         if self.max_concurrency < 1:

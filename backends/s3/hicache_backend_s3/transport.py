@@ -61,7 +61,9 @@ class S3Transport(Transport):
         self._own_names = cfg.key_scheme == "default"
         per = cfg.connect_timeout_s + cfg.read_timeout_s
         n_x = attempts_within(cfg.transfer_timeout_s, per, cfg.max_attempts)
-        self._xfer = make_client(cfg, attempts=n_x, connect_s=cfg.connect_timeout_s, read_s=cfg.read_timeout_s)
+        self._xfer = make_client(
+            cfg, attempts=n_x, connect_s=cfg.connect_timeout_s, read_s=cfg.read_timeout_s
+        )
         et = cfg.exists_timeout_s
         c_e = min(cfg.connect_timeout_s, et) if et > 0 else cfg.connect_timeout_s
         r_e = min(cfg.read_timeout_s, et) if et > 0 else cfg.read_timeout_s
@@ -91,7 +93,9 @@ class S3Transport(Transport):
             if kind != "missing":
                 raise HiCacheError(f"s3: cannot use bucket {self.bucket!r}: {type(e).__name__}") from None
         if not self.cfg.create_bucket:
-            raise HiCacheError(f"s3: bucket {self.bucket!r} does not exist (create it, or set create_bucket=true)")
+            raise HiCacheError(
+                f"s3: bucket {self.bucket!r} does not exist (create it, or set create_bucket=true)"
+            )
         kw: dict[str, Any] = {"Bucket": self.bucket}
         if self.cfg.region != "us-east-1":
             kw["CreateBucketConfiguration"] = {"LocationConstraint": self.cfg.region}
@@ -136,7 +140,7 @@ class S3Transport(Transport):
         if not n:
             return out
 
-        def head(i: int) -> int | None | object:
+        def head(i: int) -> int | object | None:
             try:
                 r = self._fast.head_object(Bucket=self.bucket, Key=self._key(keys[i]))
                 return int(r["ContentLength"])
@@ -306,4 +310,6 @@ class S3Transport(Transport):
                 pass
 
     def __repr__(self) -> str:
-        return f"S3Transport(bucket={self.bucket!r}, prefix={self.prefix!r}, endpoint={self.cfg.endpoint_url!r})"
+        return (
+            f"S3Transport(bucket={self.bucket!r}, prefix={self.prefix!r}, endpoint={self.cfg.endpoint_url!r})"
+        )

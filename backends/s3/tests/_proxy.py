@@ -43,7 +43,9 @@ class LatencyProxy:
         self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         self._loop.close()
 
-    async def _pipe(self, r: asyncio.StreamReader, w: asyncio.StreamWriter, up: bool, fresh: list[bool]) -> None:
+    async def _pipe(
+        self, r: asyncio.StreamReader, w: asyncio.StreamWriter, up: bool, fresh: list[bool]
+    ) -> None:
         try:
             while True:
                 data = await r.read(1 << 16)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import CREDS, MotoServer  # noqa: E402
+from _server import CREDS, MotoServer
 
 
 @pytest.fixture(scope="session")

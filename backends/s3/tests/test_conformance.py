@@ -16,7 +16,7 @@ from hicache_backend_s3 import S3Storage
 from hicache_conformance import BackendSuite
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import CREDS, MotoServer  # noqa: E402
+from _server import CREDS, MotoServer
 
 BUCKET = "conformance"
 _SERVER = MotoServer()
@@ -50,7 +50,9 @@ class S3RawObjects:
     def names(self, backend: Any) -> list[str]:
         t = self._tp(backend)
         out: list[str] = []
-        for page in _SERVER.client().get_paginator("list_objects_v2").paginate(Bucket=t.bucket, Prefix=t.prefix):
+        for page in (
+            _SERVER.client().get_paginator("list_objects_v2").paginate(Bucket=t.bucket, Prefix=t.prefix)
+        ):
             out += [o["Key"][len(t.prefix) :] for o in page.get("Contents", ())]
         return [n for n in out if not n.startswith(".hicache-probe")]
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 from hicache_backend_s3 import S3Config, S3Transport
+
 from hicache_sdk import HiCacheError, TransportError
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _proxy import LatencyProxy  # noqa: E402
-from _server import MotoServer, free_port  # noqa: E402
-
+from _proxy import LatencyProxy
+from _server import MotoServer, free_port
 
 _KEEP: list[Buf] = []
 
@@ -127,8 +127,12 @@ def test_bad_config_names_the_key() -> None:
 
 def test_unreachable_endpoint_constructs_then_fails_batches() -> None:
     cfg = S3Config.from_mapping(
-        {"bucket": "abc", "endpoint_url": f"http://127.0.0.1:{free_port()}", "access_key_id": "a",
-         "secret_access_key": "b"},
+        {
+            "bucket": "abc",
+            "endpoint_url": f"http://127.0.0.1:{free_port()}",
+            "access_key_id": "a",
+            "secret_access_key": "b",
+        },
         environ={},
     )
     t = S3Transport(cfg)
@@ -170,7 +174,9 @@ def test_secrets_never_logged(make: Callable[..., S3Transport], caplog: pytest.L
         assert secret not in text
 
 
-def test_dropped_connections_are_misses_then_recover(make: Callable[..., S3Transport], moto: MotoServer) -> None:
+def test_dropped_connections_are_misses_then_recover(
+    make: Callable[..., S3Transport], moto: MotoServer
+) -> None:
     proxy = LatencyProxy(moto.port)
     try:
         t = make(endpoint_url=proxy.url, max_attempts=1)
