@@ -14,6 +14,6 @@ echo "== mypy (strict, hicache_sdk)"
 .venv/bin/mypy
 echo "== pytest"
 .venv/bin/python -m pytest -q -p no:cacheprovider \
-    tests backends/file/tests conformance/tests
+    tests backends/file/tests backends/s3/tests conformance/tests
 echo "== real SGLang 0.5.23 (tox -e sglang)"
 .venv/bin/tox -q -e sglang
