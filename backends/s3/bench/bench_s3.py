@@ -8,7 +8,7 @@ that adds latency to every request. Prints throughput and ratios measured in thi
 Per size (64 x 256 KiB, 8 x 8 MiB) and op (set / get / exists): ours (S3Transport, page
 memory, ``max_concurrency=C``), raw boto3 (a ThreadPoolExecutor of C over put_object /
 get_object().read() / head_object on one client) and, through the proxy, a sequential
-raw-boto3 loop. Each figure is the median of ``--rounds``; ``spread`` is max/min of our
+raw-boto3 loop. Each figure is the median of ``--rounds`` (after one warm-up round); ``spread`` is max/min of our
 per-round ratios to raw.
 """
 
@@ -82,7 +82,7 @@ def run(url: str, n: int, size: int, conc: int, rounds: int, sequential: bool) -
     data = bytes(src.raw)
     segs = [(ctypes.addressof(src), size)]
     res: dict[str, list[tuple[float, float, float]]] = {"set": [], "get": [], "exists": []}
-    for _ in range(rounds):
+    for rnd in range(rounds + 1):  # round 0 warms both sides up (connections, the write probe)
         tag = uuid.uuid4().hex[:8]
         ours = [f"o{tag}/{i}" for i in range(n)]
         raws = [f"hicache/r{tag}/{i}" for i in range(n)]
@@ -113,7 +113,8 @@ def run(url: str, n: int, size: int, conc: int, rounds: int, sequential: bool) -
         s = timed(lambda: [c.head_object(Bucket=BUCKET, Key=k) for k in full_ours]) if sequential else 0.0
         row["exists"] = (o, r, s)
         for k, v in row.items():
-            res[k].append(v)
+            if rnd:
+                res[k].append(v)
         t.clear("")
         c.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in raws + seqs]})
     t.close()

@@ -86,8 +86,17 @@ class SegmentReader(io.RawIOBase):
         return done
 
     def read(self, size: int | None = -1) -> bytes:
-        if size is None or size < 0:
-            size = self._size - self._pos
-        buf = bytearray(min(size, self._size - self._pos))
+        want = self._size - self._pos
+        if size is not None and 0 <= size < want:
+            want = size
+        skip = self._pos
+        for v in self._views:  # the common case: the range lies in one segment, one copy
+            if skip < len(v):
+                if skip + want <= len(v):
+                    self._pos += want
+                    return v[skip : skip + want].tobytes()
+                break
+            skip -= len(v)
+        buf = bytearray(want)
         n = self.readinto(buf)
-        return bytes(buf[:n])
+        return bytes(buf) if n == want else bytes(buf[:n])
