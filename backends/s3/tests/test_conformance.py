@@ -16,6 +16,7 @@ from hicache_backend_s3 import S3Storage
 from hicache_conformance import BackendSuite
 
 sys.path.insert(0, os.path.dirname(__file__))
+from _proxy import LatencyProxy
 from _server import CREDS, MotoServer
 
 BUCKET = "conformance"
@@ -102,3 +103,42 @@ class TestS3BackendSGLangMooncake(TestS3Backend):
 
     def namespace_config(self, namespace: str) -> dict[str, Any]:
         return {"prefix": f"conf/{namespace}/"}
+
+
+#: Tests of the proxied class: only the L4 ones (the rest already ran directly above).
+PROXIED_TESTS = ("test_calls_bounded_while_service_slow", "test_calls_bounded_while_service_down")
+_PROXY: list[LatencyProxy] = []
+
+
+@pytest.fixture
+def _proxy() -> Iterator[LatencyProxy]:
+    p = LatencyProxy(_SERVER.port)
+    _PROXY.append(p)
+    try:
+        yield p
+    finally:
+        _PROXY.remove(p)
+        p.close()
+
+
+class _ProxyHooks(_Hooks):
+    def __init__(self, proxy: LatencyProxy) -> None:
+        self.proxy = proxy
+
+    def add_delay(self, seconds: float) -> None:
+        self.proxy.delay_s = seconds
+
+    def clear_delay(self) -> None:
+        self.proxy.delay_s = 0.0
+
+
+class TestS3BackendThroughProxy(TestS3Backend):
+    """L4 through a loopback proxy that adds latency (``add_delay``); the other tests of
+    this class are deselected by ``conftest.py``."""
+
+    @pytest.fixture
+    def fault_hooks(self, _proxy: LatencyProxy) -> _ProxyHooks:
+        return _ProxyHooks(_proxy)
+
+    def namespace_config(self, namespace: str) -> dict[str, Any]:
+        return {"namespace": namespace, "endpoint_url": _PROXY[-1].url}
