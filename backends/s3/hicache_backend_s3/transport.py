@@ -168,7 +168,7 @@ class S3Transport(Transport):
                 elif r is None:
                     first_miss = min(first_miss, i)
                 else:
-                    out[i] = r  # type: ignore[assignment]
+                    out[i] = r
         if failed and failed == nxt:
             raise TransportError("every S3 HEAD of the batch failed", reason="connection")
         return out
