@@ -26,8 +26,9 @@ def free_port() -> int:
 class MotoServer:
     """``start()`` / ``stop()`` (SIGTERM, then SIGKILL, by PID); ``restart`` keeps the port."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, env: dict[str, str] | None = None) -> None:
         self.port = port or free_port()
+        self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -40,6 +41,7 @@ class MotoServer:
             [exe, "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env={**os.environ, **(self.env or {})},
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -116,6 +116,27 @@ def test_missing_bucket_fails_and_create_is_opt_in(make: Callable[..., S3Transpo
     assert t.write(["x"], [Buf(b"1").segs]) == [True]
 
 
+def test_rejected_credentials_fail_construction() -> None:
+    # moto checks credentials once INITIAL_NO_AUTH_ACTION_COUNT requests have passed (0: at once)
+    srv = MotoServer(env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    srv.start()
+    try:
+        cfg = S3Config.from_mapping(
+            {
+                "bucket": "abc",
+                "endpoint_url": srv.url,
+                "access_key_id": "AKIDUNKNOWN",
+                "secret_access_key": "nope",
+            },
+            environ={},
+        )
+        with pytest.raises(HiCacheError, match="credentials rejected") as ei:
+            S3Transport(cfg)
+        assert "nope" not in str(ei.value)
+    finally:
+        srv.stop()
+
+
 def test_bad_config_names_the_key() -> None:
     from hicache_sdk import ConfigError
 
