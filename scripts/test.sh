@@ -15,5 +15,6 @@ echo "== mypy (strict, hicache_sdk)"
 echo "== pytest"
 .venv/bin/python -m pytest -q -p no:cacheprovider \
     tests backends/file/tests backends/redis/tests conformance/tests
+    tests backends/file/tests backends/s3/tests conformance/tests
 echo "== real SGLang 0.5.23 (tox -e sglang)"
 .venv/bin/tox -q -e sglang

@@ -1,0 +1,101 @@
+"""``S3Config``: the settings of the ``s3`` backend (environment prefix ``HICACHE_S3_``).
+
+* ``bucket`` (required): an existing bucket. It is created only with
+  ``create_bucket=True``; otherwise a missing bucket fails construction.
+* ``prefix``: every object name is ``prefix + name`` (default ``"hicache/"``); ``clear``
+  never removes anything outside it. ``""`` is allowed (the whole bucket is ours).
+* ``endpoint_url``: an S3-compatible endpoint (``None``: AWS); ``region``;
+  ``addressing_style``: ``"auto"``, ``"path"`` or ``"virtual"``.
+* ``access_key_id`` / ``secret_access_key`` / ``session_token``: explicit credentials
+  (secret fields); when unset, the standard AWS chain (environment, profile, role) applies.
+* ``verify``: TLS verification (``False`` only for private test endpoints);
+  ``ca_bundle``: a CA bundle file for private endpoints (overrides ``verify=True``).
+* ``max_concurrency``: the most requests in flight per transport (all caller threads
+  together); the connection pool is sized to it.
+* ``connect_timeout_s`` / ``read_timeout_s``: per attempt. ``max_attempts``: the retry
+  budget (botocore ``standard`` mode: throttling and 5xx, jittered exponential back-off);
+  the attempts actually used are cut so that every attempt and back-off fits the call's
+  deadline (``exists_timeout_s`` / ``transfer_timeout_s``), see :func:`attempts_within`.
+* ``conditional_put``: ``"auto"`` (probe ``If-None-Match: *`` once), ``"on"`` or
+  ``"off"`` (HEAD-then-PUT, with a race: two writers may both PUT the same page; both write
+  the same bytes for the same key, so a reader still sees one whole object).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from hicache_sdk import BackendConfig, secret_field
+
+__all__ = ["S3Config", "attempts_within"]
+
+#: botocore's standard retry mode sleeps up to ``base * 2**(i-1)`` seconds (jittered) before retry i.
+_BACKOFF_BASE_S = 1.0
+
+
+def attempts_within(deadline_s: float, per_attempt_s: float, budget: int) -> int:
+    """The most attempts (``1..budget``) whose worst case -- every attempt timing out,
+    plus botocore's largest back-off before each retry -- fits ``deadline_s``. A deadline
+    of ``0`` (disabled) allows the whole ``budget``; at least one attempt is always made."""
+    if deadline_s <= 0:
+        return budget
+    n = 1
+    while n < budget:
+        worst = (n + 1) * per_attempt_s + sum(_BACKOFF_BASE_S * 2**i for i in range(n))
+        if worst > deadline_s:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class S3Config(BackendConfig):
+    """Settings of the ``s3`` backend (see the module docs)."""
+
+    env_prefix: ClassVar[str] = "s3"
+
+    bucket: str = ""
+    prefix: str = "hicache/"
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+    access_key_id: str | None = secret_field(None)
+    secret_access_key: str | None = secret_field(None)
+    session_token: str | None = secret_field(None)
+    addressing_style: str = "auto"
+    verify: bool = True
+    ca_bundle: str | None = None
+    create_bucket: bool = False
+    max_concurrency: int = 16
+    connect_timeout_s: float = 0.5
+    read_timeout_s: float = 1.0
+    max_attempts: int = 3
+    conditional_put: str = "auto"
+    exists_timeout_s: float = 2.0
+    transfer_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.bucket:
+            raise ValueError(
+                "bucket is required (an existing bucket name; set create_bucket=true to create it)"
+            )
+        if not 3 <= len(self.bucket) <= 63:
+            raise ValueError(f"bucket must be 3..63 characters, got {self.bucket!r}")
+        if self.prefix.startswith("/"):
+            raise ValueError(f"prefix must not start with '/', got {self.prefix!r}")
+        if self.addressing_style not in ("auto", "path", "virtual"):
+            raise ValueError(
+                f"addressing_style must be 'auto', 'path' or 'virtual', got {self.addressing_style!r}"
+            )
+        if self.conditional_put not in ("auto", "on", "off"):
+            raise ValueError(f"conditional_put must be 'auto', 'on' or 'off', got {self.conditional_put!r}")
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency!r}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
+        for n in ("connect_timeout_s", "read_timeout_s"):
+            if getattr(self, n) <= 0:
+                raise ValueError(f"{n} must be > 0, got {getattr(self, n)!r}")
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ValueError("access_key_id and secret_access_key must be given together (or neither)")

@@ -1,0 +1,102 @@
+"""Page memory as request bodies and response sinks, without whole-object copies.
+
+* :class:`SegmentReader`: a seekable, read-only file over an object's segments, for
+  ``put_object(Body=...)``: botocore hashes it (SigV4), seeks back and streams it; each
+  ``read`` copies only the bytes asked for (the socket needs bytes).
+* :func:`read_body_into`: stream a response body straight into the segments with
+  ``readinto`` on memoryviews of them: the one copy, socket to page memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from hicache_sdk import Segments
+
+__all__ = ["SegmentReader", "read_body_into", "segment_views", "total_size"]
+
+
+def total_size(segs: Segments) -> int:
+    return sum(n for _, n in segs)
+
+
+def segment_views(segs: Segments) -> list[memoryview]:
+    """A writable byte memoryview per non-empty segment (valid while the memory is)."""
+    return [memoryview((ctypes.c_char * n).from_address(a)).cast("B") for a, n in segs if n]
+
+
+def read_body_into(body: Any, views: Sequence[memoryview]) -> bool:
+    """Fill every view from ``body`` (a botocore ``StreamingBody``) in order. ``False``
+    when the body ends early; a body longer than the views is the caller's check
+    (``ContentLength``)."""
+    for mv in views:
+        got, n = 0, len(mv)
+        while got < n:
+            k = body.readinto(mv[got:])
+            if not k:
+                return False
+            got += k
+    return True
+
+
+class SegmentReader(io.RawIOBase):
+    """A read-only, seekable file over ``(address, nbytes)`` segments (see module docs)."""
+
+    def __init__(self, segs: Segments) -> None:
+        super().__init__()
+        self._views = segment_views(segs)
+        self._size = sum(len(v) for v in self._views)
+        self._pos = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, min(self._size, base + offset))
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        out = memoryview(b).cast("B")
+        want = min(len(out), self._size - self._pos)
+        done, skip = 0, self._pos
+        for v in self._views:
+            if done >= want:
+                break
+            if skip >= len(v):
+                skip -= len(v)
+                continue
+            k = min(len(v) - skip, want - done)
+            out[done : done + k] = v[skip : skip + k]
+            done += k
+            skip = 0
+        self._pos += done
+        return done
+
+    def read(self, size: int | None = -1) -> bytes:
+        want = self._size - self._pos
+        if size is not None and 0 <= size < want:
+            want = size
+        skip = self._pos
+        for v in self._views:  # the common case: the range lies in one segment, one copy
+            if skip < len(v):
+                if skip + want <= len(v):
+                    self._pos += want
+                    return v[skip : skip + want].tobytes()
+                break
+            skip -= len(v)
+        buf = bytearray(want)
+        n = self.readinto(buf)
+        return bytes(buf) if n == want else bytes(buf[:n])

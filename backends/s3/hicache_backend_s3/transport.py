@@ -1,0 +1,315 @@
+"""``S3Transport``: named objects in one bucket under one prefix, over boto3.
+
+* **Concurrency.** Every batch is served by at most ``max_concurrency`` requests in
+  flight (one pool per transport, shared by all caller threads); results are in key order.
+* **exists** issues concurrent HEADs in key order and stops issuing new ones once a miss
+  is known: keys after the first miss that were never asked come back ``None`` (absent).
+  This is exactly what the paged adapter needs (hits count only up to the first miss);
+  keys before the first miss always get their real answer.
+* **read** is a GET whose body streams into the page segments (``readinto``, one copy);
+  ``ContentLength`` different from the segments' total is a miss (``False``).
+* **write** is create-if-absent: ``PUT`` with ``If-None-Match: *`` (``412`` = the object
+  exists = success). Support is probed once (``conditional_put="auto"``); a store without
+  it gets HEAD-then-PUT, whose race (two writers both see "absent" and both PUT) only
+  ever replaces a page with a complete object of the same key.
+* **delete** under an ``sglang-*`` key scheme is refused (counted, nothing removed): a
+  shared bucket may hold another deployment's objects under those names, and without our
+  header nothing proves a wrong-length object is ours. ``clear`` still removes the prefix.
+* **Faults**: 404 is a miss; throttling/5xx are retried by botocore within the deadline
+  (:func:`~hicache_backend_s3.config.attempts_within`); a batch whose every request
+  failed to connect raises ``TransportError(reason="connection")`` (misses, breaker).
+* ``clear(prefix)`` lists ``self.prefix + prefix`` page by page and deletes in batches of
+  1000 (``DeleteObjects``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, ClassVar, TypeVar
+
+from hicache_sdk import Capabilities, HiCacheError, Segments, Transport, TransportError
+
+from .client import classify, make_client
+from .config import S3Config, attempts_within
+from .segio import SegmentReader, read_body_into, segment_views, total_size
+
+__all__ = ["S3Transport"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_FAILED = object()  # a request that failed to connect / timed out
+
+
+class S3Transport(Transport):
+    """See the module docs."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        persistent=True, shared_across_processes=True, delete=True, health=True
+    )
+
+    #: Keys per listing page and per ``DeleteObjects`` request (S3's maximum for both).
+    page_keys: ClassVar[int] = 1000
+
+    def __init__(self, cfg: S3Config) -> None:
+        self.cfg = cfg
+        self.bucket = cfg.bucket
+        self.prefix = cfg.prefix
+        self._own_names = cfg.key_scheme == "default"
+        per = cfg.connect_timeout_s + cfg.read_timeout_s
+        n_x = attempts_within(cfg.transfer_timeout_s, per, cfg.max_attempts)
+        self._xfer = make_client(
+            cfg, attempts=n_x, connect_s=cfg.connect_timeout_s, read_s=cfg.read_timeout_s
+        )
+        et = cfg.exists_timeout_s
+        c_e = min(cfg.connect_timeout_s, et) if et > 0 else cfg.connect_timeout_s
+        r_e = min(cfg.read_timeout_s, et) if et > 0 else cfg.read_timeout_s
+        n_e = attempts_within(et, c_e + r_e, cfg.max_attempts)
+        self._fast = make_client(cfg, attempts=n_e, connect_s=c_e, read_s=r_e)
+        self._pool = ThreadPoolExecutor(cfg.max_concurrency, thread_name_prefix="hicache-s3")
+        self._lock = threading.Lock()
+        self._conditional: bool | None = {"on": True, "off": False}.get(cfg.conditional_put)
+        self._closed = False
+        self.refused_deletes = 0
+        self._check_bucket()
+
+    # -- construction --------------------------------------------------------------------
+    def _check_bucket(self) -> None:
+        """A missing bucket or rejected credentials fail here; an unreachable endpoint
+        does not (the breaker handles it)."""
+        try:
+            self._xfer.head_bucket(Bucket=self.bucket)
+            return
+        except Exception as e:
+            kind = classify(e)
+            if kind == "connection":
+                log.warning("s3: endpoint unreachable at construction (%s); will retry", type(e).__name__)
+                return
+            if kind == "auth":
+                raise HiCacheError(f"s3: credentials rejected for bucket {self.bucket!r}") from None
+            if kind != "missing":
+                raise HiCacheError(f"s3: cannot use bucket {self.bucket!r}: {type(e).__name__}") from None
+        if not self.cfg.create_bucket:
+            raise HiCacheError(
+                f"s3: bucket {self.bucket!r} does not exist (create it, or set create_bucket=true)"
+            )
+        kw: dict[str, Any] = {"Bucket": self.bucket}
+        if self.cfg.region != "us-east-1":
+            kw["CreateBucketConfiguration"] = {"LocationConstraint": self.cfg.region}
+        try:
+            self._xfer.create_bucket(**kw)
+        except Exception as e:
+            if "BucketAlready" not in str(e):
+                raise HiCacheError(f"s3: cannot create bucket {self.bucket!r}: {type(e).__name__}") from None
+
+    # -- fan-out ---------------------------------------------------------------------------
+    def _run(self, fn: Callable[[int], T], n: int) -> list[T | object]:
+        """``fn(i)`` for ``i < n`` on the pool, results in order; a connection-class failure
+        is ``_FAILED``. Every request failing that way raises ``TransportError``."""
+        if self._closed:
+            raise TransportError("s3 transport is closed", reason="closed")
+
+        def call(i: int) -> T | object:
+            try:
+                return fn(i)
+            except Exception as e:
+                kind = classify(e)
+                log.debug("s3 request failed (%s): %s", kind, type(e).__name__)
+                return _FAILED
+
+        if n == 1:
+            out: list[T | object] = [call(0)]
+        else:
+            out = [f.result() for f in [self._pool.submit(call, i) for i in range(n)]]
+        if n and all(r is _FAILED for r in out):
+            raise TransportError("every S3 request of the batch failed", reason="connection")
+        return out
+
+    def _key(self, name: str) -> str:
+        return self.prefix + name
+
+    # -- Transport -----------------------------------------------------------------------------
+    def exists(self, keys: Sequence[str]) -> list[int | None]:
+        if self._closed:
+            raise TransportError("s3 transport is closed", reason="closed")
+        n = len(keys)
+        out: list[int | None] = [None] * n
+        if not n:
+            return out
+
+        def head(i: int) -> int | object | None:
+            try:
+                r = self._fast.head_object(Bucket=self.bucket, Key=self._key(keys[i]))
+                return int(r["ContentLength"])
+            except Exception as e:
+                if classify(e) == "missing":
+                    return None
+                log.debug("s3 HEAD failed (%s): %s", classify(e), type(e).__name__)
+                return _FAILED
+
+        first_miss = n
+        nxt = 0
+        failed = 0
+        inflight: dict[Future[Any], int] = {}
+        while nxt < min(n, first_miss + 1) or inflight:
+            while nxt < min(n, first_miss + 1) and len(inflight) < self.cfg.max_concurrency:
+                inflight[self._pool.submit(head, nxt)] = nxt
+                nxt += 1
+            done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            for f in done:
+                i = inflight.pop(f)
+                r = f.result()
+                if r is _FAILED:
+                    failed += 1
+                    first_miss = min(first_miss, i)
+                elif r is None:
+                    first_miss = min(first_miss, i)
+                else:
+                    out[i] = r
+        if failed and failed == nxt:
+            raise TransportError("every S3 HEAD of the batch failed", reason="connection")
+        return out
+
+    def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        def get(i: int) -> bool:
+            want = total_size(buffers[i])
+            try:
+                r = self._xfer.get_object(Bucket=self.bucket, Key=self._key(keys[i]))
+            except Exception as e:
+                if classify(e) == "missing":
+                    return False
+                raise
+            body = r["Body"]
+            try:
+                if int(r.get("ContentLength", -1)) != want:
+                    return False
+                return read_body_into(body, segment_views(buffers[i]))
+            finally:
+                body.close()
+
+        return [r is True for r in self._run(get, len(keys))]
+
+    def _conditional_supported(self) -> bool:
+        with self._lock:
+            if self._conditional is not None:
+                return self._conditional
+        probe = self._key(f".hicache-probe-{uuid.uuid4().hex}")
+        supported = False
+        try:
+            self._xfer.put_object(Bucket=self.bucket, Key=probe, Body=b"1", IfNoneMatch="*")
+            try:
+                self._xfer.put_object(Bucket=self.bucket, Key=probe, Body=b"2", IfNoneMatch="*")
+            except Exception as e:
+                if classify(e) != "exists":
+                    raise
+                supported = True
+        except Exception as e:
+            if classify(e) == "connection":
+                raise  # unknown yet: probe again on the next write
+            supported = False
+        finally:
+            try:
+                self._xfer.delete_object(Bucket=self.bucket, Key=probe)
+            except Exception:
+                pass
+        if not supported:
+            log.warning("s3: the store ignores If-None-Match: *; writes use HEAD-then-PUT (racy)")
+        with self._lock:
+            self._conditional = supported
+        return supported
+
+    def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        if not keys:
+            return []
+        try:
+            conditional = self._conditional_supported()
+        except Exception as e:
+            raise TransportError(f"s3 write failed ({classify(e)})", reason="connection") from None
+        first: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
+        order = list(first.values())
+
+        def put(j: int) -> bool:
+            i = order[j]
+            key = self._key(keys[i])
+            if not conditional:
+                try:
+                    self._xfer.head_object(Bucket=self.bucket, Key=key)
+                    return True
+                except Exception as e:
+                    if classify(e) != "missing":
+                        raise
+            body = SegmentReader(buffers[i])
+            kw: dict[str, Any] = {"IfNoneMatch": "*"} if conditional else {}
+            try:
+                self._xfer.put_object(Bucket=self.bucket, Key=key, Body=body, ContentLength=len(body), **kw)
+            except Exception as e:
+                if classify(e) == "exists":
+                    return True
+                if classify(e) in ("connection", "throttled"):
+                    raise
+                log.debug("s3 PUT refused: %s", type(e).__name__)
+                return False
+            return True
+
+        res = self._run(put, len(order))
+        by_key = {keys[i]: r is True for i, r in zip(order, res)}
+        return [by_key[k] for k in keys]
+
+    def delete(self, keys: Sequence[str]) -> None:
+        if not keys or self._closed:
+            return
+        if not self._own_names:
+            self.refused_deletes += len(keys)
+            return
+        self._delete_objects([self._key(k) for k in dict.fromkeys(keys)])
+
+    def _delete_objects(self, full: list[str]) -> None:
+        step = self.page_keys
+        for s in range(0, len(full), step):
+            chunk = [{"Key": k} for k in full[s : s + step]]
+            try:
+                self._xfer.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
+            except Exception as e:
+                log.debug("s3 DeleteObjects failed (%s)", classify(e))
+
+    def clear(self, prefix: str) -> None:
+        """Remove every object under ``self.prefix + prefix`` (paginated listing, batched
+        deletes). Errors propagate as ``TransportError`` (an admin call)."""
+        try:
+            pages = self._xfer.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self._key(prefix), PaginationConfig={"PageSize": self.page_keys}
+            )
+            for page in pages:
+                keys = [o["Key"] for o in page.get("Contents", ())]
+                if keys:
+                    self._delete_objects(keys)
+        except Exception as e:
+            raise TransportError(f"s3 clear failed ({classify(e)})", reason="connection") from None
+
+    def health(self) -> bool:
+        try:
+            self._fast.head_bucket(Bucket=self.bucket)
+            return True
+        except Exception:
+            return False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for c in (self._xfer, self._fast):
+            try:
+                c.close()
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        return (
+            f"S3Transport(bucket={self.bucket!r}, prefix={self.prefix!r}, endpoint={self.cfg.endpoint_url!r})"
+        )

@@ -1,0 +1,144 @@
+"""The conformance suite on the s3 backend against a real ``moto_server`` started for this
+module: once under the default key scheme and once under ``sglang-mooncake`` (each test
+namespace gets a private prefix there, since that scheme has no namespace). Out-of-band
+access (``raw_pages``) goes through a plain boto3 client. L4 hooks stop and restart the
+server by PID on the same port; the restart recreates the bucket, as an operator would."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hicache_backend_s3 import S3Storage
+from hicache_conformance import BackendSuite
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _proxy import LatencyProxy
+from _server import CREDS, MotoServer
+
+BUCKET = "conformance"
+_SERVER = MotoServer()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _moto() -> Iterator[MotoServer]:
+    _SERVER.start()
+    try:
+        _SERVER.make_bucket(BUCKET)
+        yield _SERVER
+    finally:
+        _SERVER.stop()
+
+
+_CFG = {
+    "bucket": BUCKET,
+    "endpoint_url": _SERVER.url,
+    "access_key_id": CREDS["aws_access_key_id"],
+    "secret_access_key": CREDS["aws_secret_access_key"],
+    "prefix": "conf/",
+}
+
+
+class S3RawObjects:
+    """Objects by physical name (``prefix + name``) through a plain boto3 client."""
+
+    def _tp(self, backend: Any) -> Any:
+        return backend.raw_transport
+
+    def names(self, backend: Any) -> list[str]:
+        t = self._tp(backend)
+        out: list[str] = []
+        for page in (
+            _SERVER.client().get_paginator("list_objects_v2").paginate(Bucket=t.bucket, Prefix=t.prefix)
+        ):
+            out += [o["Key"][len(t.prefix) :] for o in page.get("Contents", ())]
+        return [n for n in out if not n.startswith(".hicache-probe")]
+
+    def get(self, backend: Any, name: str) -> bytes | None:
+        t = self._tp(backend)
+        try:
+            return bytes(_SERVER.client().get_object(Bucket=t.bucket, Key=t.prefix + name)["Body"].read())
+        except Exception:
+            return None
+
+    def put(self, backend: Any, name: str, data: bytes) -> None:
+        t = self._tp(backend)
+        _SERVER.client().put_object(Bucket=t.bucket, Key=t.prefix + name, Body=data)
+
+    def delete(self, backend: Any, name: str) -> None:
+        t = self._tp(backend)
+        _SERVER.client().delete_object(Bucket=t.bucket, Key=t.prefix + name)
+
+
+class _Hooks:
+    def stop(self) -> None:
+        _SERVER.stop()
+
+    def start(self) -> None:
+        _SERVER.start()
+        _SERVER.make_bucket(BUCKET)
+
+
+class TestS3Backend(BackendSuite):
+    backend = S3Storage
+    config = _CFG
+    declared_capabilities = S3Storage.capabilities.__class__(
+        **{**S3Storage.capabilities.to_dict(), "fault_injection": True}
+    )
+
+    @pytest.fixture
+    def raw_pages(self) -> S3RawObjects:
+        return S3RawObjects()
+
+    @pytest.fixture
+    def fault_hooks(self) -> _Hooks:
+        return _Hooks()
+
+
+class TestS3BackendSGLangMooncake(TestS3Backend):
+    config = {**_CFG, "key_scheme": "sglang-mooncake"}
+
+    def namespace_config(self, namespace: str) -> dict[str, Any]:
+        return {"prefix": f"conf/{namespace}/"}
+
+
+#: Tests of the proxied class: only the L4 ones (the rest already ran directly above).
+PROXIED_TESTS = ("test_calls_bounded_while_service_slow", "test_calls_bounded_while_service_down")
+_PROXY: list[LatencyProxy] = []
+
+
+@pytest.fixture
+def _proxy() -> Iterator[LatencyProxy]:
+    p = LatencyProxy(_SERVER.port)
+    _PROXY.append(p)
+    try:
+        yield p
+    finally:
+        _PROXY.remove(p)
+        p.close()
+
+
+class _ProxyHooks(_Hooks):
+    def __init__(self, proxy: LatencyProxy) -> None:
+        self.proxy = proxy
+
+    def add_delay(self, seconds: float) -> None:
+        self.proxy.delay_s = seconds
+
+    def clear_delay(self) -> None:
+        self.proxy.delay_s = 0.0
+
+
+class TestS3BackendThroughProxy(TestS3Backend):
+    """L4 through a loopback proxy that adds latency (``add_delay``); the other tests of
+    this class are deselected by ``conftest.py``."""
+
+    @pytest.fixture
+    def fault_hooks(self, _proxy: LatencyProxy) -> _ProxyHooks:
+        return _ProxyHooks(_proxy)
+
+    def namespace_config(self, namespace: str) -> dict[str, Any]:
+        return {"namespace": namespace, "endpoint_url": _PROXY[-1].url}

@@ -1,0 +1,214 @@
+"""S3Transport against a real moto_server: order, concurrency, conditional writes,
+wrong lengths, bucket checks, clear by prefix, secrets out of logs, a dropping proxy."""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hicache_backend_s3 import S3Config, S3Transport
+
+from hicache_sdk import HiCacheError, TransportError
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _proxy import LatencyProxy
+from _server import MotoServer, free_port
+
+_KEEP: list[Buf] = []
+
+
+class Buf:
+    """Page memory: a ctypes array and its one segment (kept alive for the module, so
+    ``Buf(...).segs`` inline never hands out freed memory)."""
+
+    def __init__(self, data: bytes | int) -> None:
+        _KEEP.append(self)
+        n = data if isinstance(data, int) else len(data)
+        self.arr = (ctypes.c_char * n)()
+        if not isinstance(data, int):
+            ctypes.memmove(self.arr, data, n)
+        self.segs = [(ctypes.addressof(self.arr), n)]
+
+    def split(self, at: int) -> list[tuple[int, int]]:
+        a, n = self.segs[0]
+        return [(a, at), (a + at, n - at)]
+
+    @property
+    def bytes(self) -> bytes:
+        return bytes(self.arr.raw)
+
+
+@pytest.fixture
+def make(s3cfg: dict[str, object]) -> Iterator[Callable[..., S3Transport]]:
+    made: list[S3Transport] = []
+
+    def make(**kw: Any) -> S3Transport:
+        t = S3Transport(S3Config.from_mapping({**s3cfg, **kw}, environ={}))
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t.close()
+
+
+def payload(i: int, n: int = 4096) -> bytes:
+    return bytes([(i * 7 + j) % 251 for j in range(256)]) * (n // 256)
+
+
+def test_batch_results_in_key_order_multi_segment(make: Callable[..., S3Transport]) -> None:
+    t = make(max_concurrency=4)
+    keys = [f"k{i}" for i in range(20)]
+    src = [Buf(payload(i)) for i in range(20)]
+    assert t.write(keys, [b.split(1000) for b in src]) == [True] * 20
+    dst = [Buf(4096) for _ in keys]
+    assert t.read(keys, [b.split(3000) for b in dst]) == [True] * 20
+    assert [b.bytes for b in dst] == [payload(i) for i in range(20)]
+    assert t.exists(keys) == [4096] * 20
+
+
+def test_exists_stops_issuing_after_first_miss(make: Callable[..., S3Transport]) -> None:
+    t = make(max_concurrency=1)
+    keys = ["a", "b", "gone", "c"]
+    assert t.write(["a", "b", "c"], [Buf(b"x" * 10).segs] * 3) == [True] * 3
+    # one request at a time: "c" is never asked once "gone" missed
+    assert t.exists(keys) == [10, 10, None, None]
+    assert t.exists(["c"]) == [10]
+
+
+def test_create_if_absent_conditional_and_fallback(make: Callable[..., S3Transport]) -> None:
+    for mode in ("auto", "off"):
+        t = make(conditional_put=mode)
+        k = f"page-{mode}"
+        assert t.write([k], [Buf(b"first!").segs]) == [True]
+        assert t.write([k, k], [Buf(b"second").segs, Buf(b"third!").segs]) == [True, True]
+        out = Buf(6)
+        assert t.read([k], [out.segs]) == [True]
+        assert out.bytes == b"first!"
+        assert t._conditional is (mode == "auto")  # moto honours If-None-Match: *
+
+
+def test_wrong_length_is_a_miss(make: Callable[..., S3Transport]) -> None:
+    t = make()
+    assert t.write(["w"], [Buf(b"12345").segs]) == [True]
+    assert t.read(["w", "absent"], [Buf(6).segs, Buf(5).segs]) == [False, False]
+    assert t.exists(["w"]) == [5]
+
+
+def test_delete_refused_under_sglang_names(make: Callable[..., S3Transport]) -> None:
+    mine, theirs = make(), make(key_scheme="sglang-mooncake")
+    assert mine.write(["d"], [Buf(b"abc").segs]) == [True]
+    theirs.delete(["d"])
+    assert mine.exists(["d"]) == [3] and theirs.refused_deletes == 1
+    mine.delete(["d"])
+    assert mine.exists(["d"]) == [None]
+
+
+def test_missing_bucket_fails_and_create_is_opt_in(make: Callable[..., S3Transport]) -> None:
+    with pytest.raises(HiCacheError, match="does not exist"):
+        make(bucket="no-such-bucket-here")
+    t = make(bucket="made-on-request", create_bucket=True)
+    assert t.write(["x"], [Buf(b"1").segs]) == [True]
+
+
+def test_rejected_credentials_fail_construction() -> None:
+    # moto checks credentials once INITIAL_NO_AUTH_ACTION_COUNT requests have passed (0: at once)
+    srv = MotoServer(env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
+    srv.start()
+    try:
+        cfg = S3Config.from_mapping(
+            {
+                "bucket": "abc",
+                "endpoint_url": srv.url,
+                "access_key_id": "AKIDUNKNOWN",
+                "secret_access_key": "nope",
+            },
+            environ={},
+        )
+        with pytest.raises(HiCacheError, match="credentials rejected") as ei:
+            S3Transport(cfg)
+        assert "nope" not in str(ei.value)
+    finally:
+        srv.stop()
+
+
+def test_bad_config_names_the_key() -> None:
+    from hicache_sdk import ConfigError
+
+    with pytest.raises(ConfigError, match="bucket is required"):
+        S3Config.from_mapping({}, environ={})
+    with pytest.raises(ConfigError, match="addressing_style"):
+        S3Config.from_mapping({"bucket": "abc", "addressing_style": "sideways"}, environ={})
+
+
+def test_unreachable_endpoint_constructs_then_fails_batches() -> None:
+    cfg = S3Config.from_mapping(
+        {
+            "bucket": "abc",
+            "endpoint_url": f"http://127.0.0.1:{free_port()}",
+            "access_key_id": "a",
+            "secret_access_key": "b",
+        },
+        environ={},
+    )
+    t = S3Transport(cfg)
+    try:
+        with pytest.raises(TransportError):
+            t.exists(["k"])
+        with pytest.raises(TransportError):
+            t.read(["k"], [Buf(3).segs])
+        assert t.health() is False
+    finally:
+        t.close()
+
+
+def test_clear_only_prefix_paginated(make: Callable[..., S3Transport], moto: MotoServer, bucket: str) -> None:
+    t = make(prefix="mine/")
+    S3Transport.page_keys = 3
+    try:
+        keys = [f"ns/{i}" for i in range(8)] + ["other"]
+        assert t.write(keys, [Buf(b"v").segs] * len(keys)) == [True] * len(keys)
+        moto.client().put_object(Bucket=bucket, Key="theirs/ns/0", Body=b"z")
+        t.clear("ns/")
+        assert t.exists(["other"]) == [1]
+        assert t.exists(["ns/0"]) == [None]
+        left = [o["Key"] for o in moto.client().list_objects_v2(Bucket=bucket)["Contents"]]
+        assert sorted(k for k in left if not k.startswith("mine/.hicache")) == ["mine/other", "theirs/ns/0"]
+    finally:
+        S3Transport.page_keys = 1000
+
+
+def test_secrets_never_logged(make: Callable[..., S3Transport], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    logging.getLogger("botocore").setLevel(logging.DEBUG)
+    t = make(session_token="SESSION-TOKEN-should-not-leak")
+    t.write(["s"], [Buf(b"abc").segs])
+    t.read(["s"], [Buf(3).segs])
+    t.exists(["s"])
+    text = caplog.text + repr(t) + repr(t.cfg)
+    for secret in ("testing-secret-key", "SESSION-TOKEN-should-not-leak", "Authorization", "Signature="):
+        assert secret not in text
+
+
+def test_dropped_connections_are_misses_then_recover(
+    make: Callable[..., S3Transport], moto: MotoServer
+) -> None:
+    proxy = LatencyProxy(moto.port)
+    try:
+        t = make(endpoint_url=proxy.url, max_attempts=1)
+        assert t.write(["p"], [Buf(b"x" * 100).segs]) == [True]
+        proxy.refuse = True
+        proxy.drop()
+        with pytest.raises(TransportError):
+            t.read(["p"], [Buf(100).segs])
+        proxy.refuse = False
+        out = Buf(100)
+        assert t.read(["p"], [out.segs]) == [True]
+        assert out.bytes == b"x" * 100
+    finally:
+        proxy.close()
