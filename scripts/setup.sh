@@ -10,6 +10,8 @@ PY=${PYTHON:-python3}
 # backend falls back to pure Python without them, but the test command requires it).
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
+# Mooncake's "non-cuda" wheel still links libibverbs.so.1 (no RDMA hardware needed with tcp).
+ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 ' || need+=(libibverbs1)
 "$PY" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
     || need+=(python3-dev)
 if [ ${#need[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -22,4 +24,4 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # torch first, pinned by constraints.txt (an unpinned torch would pull a multi-GB CUDA build).
 "${PIP[@]}" install -c constraints.txt torch==2.13.0 numpy
 "${PIP[@]}" install -c constraints.txt -r requirements-dev.txt
-"${PIP[@]}" install -c constraints.txt -e . -e backends/file -e conformance
+"${PIP[@]}" install -c constraints.txt -e . -e backends/file -e conformance -e "backends/mooncake[cpu]"
