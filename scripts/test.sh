@@ -15,5 +15,7 @@ echo "== mypy (strict, hicache_sdk)"
 echo "== pytest"
 .venv/bin/python -m pytest -q -p no:cacheprovider \
     tests backends/file/tests conformance/tests
+echo "== pytest (mooncake: a real master + holder process on loopback)"
+.venv/bin/python -m pytest -q -p no:cacheprovider backends/mooncake/tests
 echo "== real SGLang 0.5.23 (tox -e sglang)"
 .venv/bin/tox -q -e sglang
