@@ -115,7 +115,7 @@ def main() -> None:
     ap.add_argument("--in-process", action="store_true")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--pages-256k", type=int, default=128)
-    ap.add_argument("--pages-8m", type=int, default=16)
+    ap.add_argument("--pages-8m", type=int, default=8)
     args = ap.parse_args()
     c = MooncakeCluster(holder_bytes=384 << 20)
     try:
