@@ -73,6 +73,11 @@ def _load_store_class() -> Any:
     return MooncakeDistributedStore
 
 
+# At import, so that `hicache backends` reports the backend unavailable (with the install
+# command) when the mooncake module is missing, rather than failing at construction.
+_STORE_CLASS = _load_store_class()
+
+
 class MooncakeTransport(Transport):
     """Objects in Mooncake Store. Thread-safe. See the module docs for the failure rules."""
 
@@ -91,7 +96,7 @@ class MooncakeTransport(Transport):
                 f"master_server_address must be 'host:port', got {config.master_server_address!r}"
             )
         self._health_url = f"http://{host}:{config.master_metrics_port}/health"
-        self._cls = _load_store_class()
+        self._cls = _STORE_CLASS
         self._store: Any = None
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -267,11 +272,11 @@ class MooncakeTransport(Transport):
             raise TransportError("mooncake batch_get_into: wrong result length", reason="io")
         self._mark_suspects([k for k, c in zip(keys, codes) if c == TRANSFER_FAIL])
         self._whole_batch_failed("read", codes)
-        ok = [c == w for c, w in zip(codes, want)]
+        result = [c == w for c, w in zip(codes, want)]
         broken = [k for k, c, w in zip(keys, codes, want) if (c >= 0 and c != w) or c == -600]
         if broken and self._remove_broken:
-            self._remove(broken)
-        return ok
+            self.delete(broken)  # ours and broken (default scheme only); errors swallowed
+        return result
 
     def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """Create-if-absent (Mooncake ``put`` never overwrites); an existing key is success.

@@ -90,3 +90,18 @@ def test_bad_protocol_and_unknown_key() -> None:
 def test_segment_divided_per_rank_like_sglang() -> None:
     sc = HiCacheStorageConfig(tp_size=4, pp_size=2)
     assert per_rank_segment_size(8 << 30, sc) == 1 << 30
+
+
+def test_without_mooncake_the_backend_is_listed_unavailable_with_the_install_command() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['mooncake'] = None; sys.modules['mooncake.store'] = None\n"
+        "from hicache_sdk.registry import list_backends\n"
+        "b = [b for b in list_backends() if b.name == 'mooncake'][0]\n"
+        "print(b.importable); print(b.error)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.splitlines()[0] == "False"
+    assert "pip install 'hicache-backend-mooncake[cpu]'" in out
