@@ -10,6 +10,8 @@ PY=${PYTHON:-python3}
 # backend falls back to pure Python without them, but the test command requires it).
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
+# Mooncake's "non-cuda" wheel still links libibverbs.so.1 (no RDMA hardware needed with tcp).
+ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 ' || need+=(libibverbs1)
 "$PY" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
     || need+=(python3-dev)
 # The redis backend's tests and benchmark start real redis-server processes.
@@ -29,3 +31,4 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # s3 backend: boto3, and moto_server (a real S3-protocol server) for its tests and benchmark.
 "${PIP[@]}" install -c constraints.txt "boto3==1.44.8" "moto[server]==5.2.5"
 "${PIP[@]}" install -c constraints.txt --no-deps -e backends/s3
+"${PIP[@]}" install -c constraints.txt -e . -e backends/file -e conformance -e "backends/mooncake[cpu]"

@@ -16,5 +16,8 @@ echo "== pytest"
 .venv/bin/python -m pytest -q -p no:cacheprovider \
     tests backends/file/tests backends/redis/tests conformance/tests
     tests backends/file/tests backends/s3/tests conformance/tests
+    tests backends/file/tests conformance/tests
+echo "== pytest (mooncake: a real master + holder process on loopback)"
+.venv/bin/python -m pytest -q -p no:cacheprovider backends/mooncake/tests
 echo "== real SGLang 0.5.23 (tox -e sglang)"
 .venv/bin/tox -q -e sglang

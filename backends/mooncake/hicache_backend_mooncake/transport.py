@@ -1,0 +1,361 @@
+"""``MooncakeTransport``: named objects in a Mooncake Store cluster, moved zero-copy.
+
+* Reads and writes use ``batch_get_into`` / ``batch_put_from`` on per-object pointers (the
+  ``*_multi_buffers`` variants when an object spans several segments). A read succeeds
+  only when the returned byte count equals the buffers' total; ``get`` is never used (it
+  returns ``b""`` both for a missing key and for an error).
+* Writes are create-if-absent by Mooncake's own rule: ``put`` of an existing key returns 0
+  and leaves the stored object untouched; ``OBJECT_ALREADY_EXISTS`` also counts as success.
+* Those native calls cannot be cancelled: the transport is **not** cancellable, so the
+  resilience layer stages reads and snapshots writes when deadlines are on. Its staging
+  memory is registered here through :meth:`register_memory`.
+* Holder loss: Mooncake keeps answering ``is_exist`` = 1 for about ``client_ttl`` (10 s)
+  after the holder died while every read fails with ``TRANSFER_FAIL``. Keys whose read
+  failed that way are reported absent by :meth:`exists` for :data:`SUSPECT_S`, and a
+  batch whose every object failed raises ``TransportError`` so the breaker counts it.
+* Construction never blocks long: it probes the master's ``/health`` first (bounded by
+  ``probe_timeout_s``); with the master away, ``setup`` runs on a background thread once
+  ``/health`` answers, and every call until then raises ``TransportError("connection")``.
+* :meth:`close` never tears the store down under a running native call: the last call to
+  finish closes it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from hicache_sdk import SIZE_UNKNOWN, Capabilities, Segments, Transport, TransportError
+
+from .config import MooncakeConfig
+
+__all__ = ["MooncakeTransport", "SUSPECT_S"]
+
+log = logging.getLogger(__name__)
+
+#: How long a key whose read failed with TRANSFER_FAIL is reported absent (Mooncake's
+#: client_ttl of 10 s plus margin: by then the master has dropped the dead holder).
+SUSPECT_S = 15.0
+OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
+TRANSFER_FAIL = -800
+RPC_FAIL = -900
+_FATAL = (TRANSFER_FAIL, RPC_FAIL)
+
+
+def _copy_segments(src: Segments, dst: Segments) -> bool:
+    """Copy the concatenation of ``src`` into ``dst``; False when the totals differ."""
+    if sum(n for _, n in src) != sum(n for _, n in dst):
+        return False
+    data = b"".join(ctypes.string_at(a, n) for a, n in src)
+    off = 0
+    for a, n in dst:
+        ctypes.memmove(a, data[off : off + n], n)
+        off += n
+    return True
+
+
+def _load_store_class() -> Any:
+    try:
+        from mooncake.store import MooncakeDistributedStore
+    except ImportError as e:
+        raise ImportError(
+            f"the Mooncake backend needs the 'mooncake' module ({e}); install it with "
+            "pip install 'hicache-backend-mooncake[cpu]' (and apt-get install libibverbs1) "
+            "or 'hicache-backend-mooncake[cuda]'"
+        ) from e
+    return MooncakeDistributedStore
+
+
+# At import, so that `hicache backends` reports the backend unavailable (with the install
+# command) when the mooncake module is missing, rather than failing at construction.
+_STORE_CLASS = _load_store_class()
+
+
+class MooncakeTransport(Transport):
+    """Objects in Mooncake Store. Thread-safe. See the module docs for the failure rules."""
+
+    capabilities = Capabilities(
+        persistent=True, shared_across_processes=True, eviction=True, delete=True, health=True
+    )
+    max_segments = 1 << 30
+
+    def __init__(self, config: MooncakeConfig, segment_bytes: int, *, remove_broken: bool = False) -> None:
+        self._cfg = config
+        self._segment_bytes = int(segment_bytes)
+        self._remove_broken = remove_broken
+        host, _, port = config.master_server_address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(
+                f"master_server_address must be 'host:port', got {config.master_server_address!r}"
+            )
+        self._health_url = f"http://{host}:{config.master_metrics_port}/health"
+        self._cls = _STORE_CLASS
+        self._store: Any = None
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._inflight = 0
+        self._closed = False
+        self._registered: dict[int, int] = {}
+        self._suspects: dict[str, float] = {}
+        self._setup_error: str | None = None
+        if self._probe(config.probe_timeout_s):
+            self._setup()
+        else:
+            threading.Thread(target=self._setup_when_up, name="mooncake-setup", daemon=True).start()
+
+    # -- setup -------------------------------------------------------------------------
+    def _probe(self, timeout: float) -> bool:
+        try:
+            with urllib.request.urlopen(self._health_url, timeout=timeout) as r:
+                return r.status == 200 and b'"service_ready":true' in r.read().replace(b" ", b"")
+        except Exception:
+            return False
+
+    def _setup(self) -> bool:
+        c = self._cfg
+        store = self._cls()
+        rc = store.setup(
+            c.local_hostname,
+            c.metadata_server,
+            self._segment_bytes,
+            c.buffer_bytes,
+            c.protocol,
+            c.device_name,
+            c.master_server_address,
+        )
+        if rc != 0:
+            self._setup_error = f"setup returned {rc}"
+            log.warning("mooncake setup against %s failed (rc=%s)", c.master_server_address, rc)
+            return False
+        with self._lock:
+            if self._closed:
+                store.close()
+                return True
+            for addr, n in self._registered.items():
+                store.register_buffer(addr, n)
+            self._store = store
+        return True
+
+    def _setup_when_up(self) -> None:
+        while not self._closed:
+            if self._probe(self._cfg.probe_timeout_s) and self._setup():
+                return
+            time.sleep(0.5)
+
+    @property
+    def ready(self) -> bool:
+        return self._store is not None
+
+    # -- call accounting ----------------------------------------------------------------
+    def _enter(self) -> Any:
+        with self._lock:
+            if self._closed:
+                raise TransportError("mooncake transport is closed", reason="closed")
+            if self._store is None:
+                raise TransportError("mooncake store not set up (master unreachable)", reason="connection")
+            self._inflight += 1
+            return self._store
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.notify_all()
+                if self._closed and self._store is not None:
+                    self._teardown()
+
+    def _teardown(self) -> None:  # under self._lock, no call running
+        store, self._store = self._store, None
+        for addr in list(self._registered):
+            store.unregister_buffer(addr)
+        self._registered.clear()
+        store.close()
+
+    # -- memory registration -------------------------------------------------------------
+    def register_memory(self, address: int, nbytes: int) -> None:
+        """Register ``[address, address+nbytes)`` for transfers (once per address; also
+        done after a background setup). Required by RDMA, free with tcp."""
+        if nbytes <= 0:
+            return
+        with self._lock:
+            if address in self._registered or self._closed:
+                return
+            self._registered[address] = nbytes
+            store = self._store
+            if store is not None:
+                rc = store.register_buffer(address, nbytes)
+                if rc != 0:
+                    del self._registered[address]
+                    raise TransportError(f"register_buffer failed (rc={rc})", reason="register")
+
+    def unregister_memory(self, address: int) -> None:
+        with self._lock:
+            if self._registered.pop(address, None) is not None and self._store is not None:
+                self._store.unregister_buffer(address)
+
+    # -- helpers -----------------------------------------------------------------------
+    def _suspect(self, key: str) -> bool:
+        t = self._suspects.get(key)
+        if t is None:
+            return False
+        if time.monotonic() - t > SUSPECT_S:
+            self._suspects.pop(key, None)
+            return False
+        return True
+
+    def _mark_suspects(self, keys: Sequence[str]) -> None:
+        now = time.monotonic()
+        if len(self._suspects) > 65536:
+            self._suspects = {k: t for k, t in self._suspects.items() if now - t <= SUSPECT_S}
+        for k in keys:
+            self._suspects[k] = now
+
+    @staticmethod
+    def _whole_batch_failed(op: str, codes: Sequence[int]) -> None:
+        if codes and all(c in _FATAL for c in codes):
+            reason = "connection" if codes[0] == RPC_FAIL else "transfer"
+            raise TransportError(f"mooncake {op}: every object failed (rc={codes[0]})", reason=reason)
+
+    # -- Transport ---------------------------------------------------------------------
+    def exists(self, keys: Sequence[str]) -> list[int | None]:
+        """``SIZE_UNKNOWN`` when present, ``None`` when absent, on error, or while the key's
+        holder is suspected dead (a recent TRANSFER_FAIL). All errors -> ``TransportError``."""
+        if not keys:
+            return []
+        store = self._enter()
+        try:
+            codes = store.batch_is_exist(list(keys))
+        finally:
+            self._leave()
+        if len(codes) != len(keys) or (codes and all(c < 0 for c in codes)):
+            raise TransportError("mooncake batch_is_exist failed", reason="connection")
+        return [SIZE_UNKNOWN if c == 1 and not self._suspect(k) else None for k, c in zip(keys, codes)]
+
+    def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        """True only when the stored object's byte count equals the buffers' total.
+        Duplicate keys: the object is read once and copied into the other buffers
+        (Mooncake fills only one destination per key in a batch)."""
+        if not keys:
+            return []
+        first: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
+        if len(first) < len(keys):
+            idx = list(first.values())
+            got = self.read([keys[i] for i in idx], [buffers[i] for i in idx])
+            ok = dict(zip(idx, got))
+            out = []
+            for i, k in enumerate(keys):
+                j = first[k]
+                ok_i = _copy_segments(buffers[j], buffers[i]) if i != j and ok[j] else ok[j]
+                out.append(ok_i)
+            return out
+        want = [sum(n for _, n in segs) for segs in buffers]
+        store = self._enter()
+        try:
+            if all(len(segs) == 1 for segs in buffers):
+                codes = store.batch_get_into(list(keys), [s[0][0] for s in buffers], want)
+            else:
+                codes = store.batch_get_into_multi_buffers(
+                    list(keys), [[a for a, _ in s] for s in buffers], [[n for _, n in s] for s in buffers]
+                )
+        finally:
+            self._leave()
+        if len(codes) != len(keys):
+            raise TransportError("mooncake batch_get_into: wrong result length", reason="io")
+        self._mark_suspects([k for k, c in zip(keys, codes) if c == TRANSFER_FAIL])
+        self._whole_batch_failed("read", codes)
+        result = [c == w for c, w in zip(codes, want)]
+        broken = [k for k, c, w in zip(keys, codes, want) if (c >= 0 and c != w) or c == -600]
+        if broken and self._remove_broken:
+            self.delete(broken)  # ours and broken (default scheme only); errors swallowed
+        return result
+
+    def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        """Create-if-absent (Mooncake ``put`` never overwrites); an existing key is success.
+        Duplicate keys in one batch: the first is written, the others share its result."""
+        if not keys:
+            return []
+        first: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
+        if len(first) < len(keys):
+            idx = list(first.values())
+            got = dict(zip(idx, self.write([keys[i] for i in idx], [buffers[i] for i in idx])))
+            return [got[first[k]] for k in keys]
+        store = self._enter()
+        try:
+            if all(len(segs) == 1 for segs in buffers):
+                codes = store.batch_put_from(
+                    list(keys), [s[0][0] for s in buffers], [s[0][1] for s in buffers]
+                )
+            else:
+                codes = store.batch_put_from_multi_buffers(
+                    list(keys), [[a for a, _ in s] for s in buffers], [[n for _, n in s] for s in buffers]
+                )
+        finally:
+            self._leave()
+        if len(codes) != len(keys):
+            raise TransportError("mooncake batch_put_from: wrong result length", reason="io")
+        self._whole_batch_failed("write", codes)
+        return [c == 0 or c == OBJECT_ALREADY_EXISTS for c in codes]
+
+    def _remove(self, keys: Sequence[str]) -> None:
+        store = self._enter()
+        try:
+            store.batch_remove(list(dict.fromkeys(keys)), True)
+        finally:
+            self._leave()
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Forced removal (Mooncake refuses a leased object otherwise); errors swallowed."""
+        if not keys:
+            return
+        try:
+            self._remove(keys)
+        except TransportError:
+            pass
+
+    def clear(self, prefix: str) -> None:
+        """Forced removal of every object whose key starts with ``prefix``. The prefix must
+        be non-empty and end with a separator (``/`` or ``_``), so a namespace ``model_2``
+        is never inside ``model_``; an empty prefix (SGLang's whole-cluster clear) raises
+        ``ValueError``: this backend never clears a shared cluster."""
+        if not prefix or prefix[-1] not in "/_":
+            raise ValueError(
+                f"clear: refusing prefix {prefix!r}: it must be non-empty and end with '/' or '_' "
+                "(a Mooncake cluster is shared; set extra_backend_tag or a model name under sglang-mooncake)"
+            )
+        store = self._enter()
+        try:
+            rc = store.remove_by_regex("^" + re.escape(prefix), True)
+        finally:
+            self._leave()
+        if rc < 0:
+            raise TransportError(f"mooncake remove_by_regex failed (rc={rc})", reason="connection")
+
+    def health(self) -> bool:
+        """Set up and the master's ``/health`` answers (``health_check()`` cannot be trusted:
+        it kept saying healthy 20 s after the master died)."""
+        return self._store is not None and not self._closed and self._probe(self._cfg.probe_timeout_s)
+
+    def close(self) -> None:
+        """Idempotent. Waits briefly for running native calls; if one still runs, the last
+        to finish closes the store (never torn down under a running call)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._idle.wait_for(lambda: self._inflight == 0, timeout=1.0)
+            if self._inflight == 0 and self._store is not None:
+                self._teardown()
+
+    def __repr__(self) -> str:
+        return f"MooncakeTransport(master={self._cfg.master_server_address!r}, ready={self.ready})"

@@ -1,0 +1,40 @@
+"""The conformance suite on the Mooncake backend against the session's real cluster
+(master + holder process; the backend under test holds no segment, so every read crosses
+processes). Once under the default key scheme and once under ``sglang-mooncake``
+(SGLang's exact names, isolated per test namespace by ``extra_backend_tag``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _servers import MooncakeCluster
+from hicache_backend_mooncake import MooncakeStorage
+from hicache_conformance import BackendSuite
+
+_CLUSTER: list[MooncakeCluster] = []
+
+
+class TestMooncakeBackend(BackendSuite):
+    backend = MooncakeStorage
+    config: dict[str, Any] = {}
+
+    @pytest.fixture(autouse=True, scope="class")
+    @classmethod
+    def _mooncake_cluster(cls, cluster: MooncakeCluster) -> Iterator[None]:
+        _CLUSTER[:] = [cluster]
+        yield
+
+    def namespace_config(self, namespace: str) -> dict[str, Any]:
+        return {**_CLUSTER[0].config(), **self.scheme_namespace(namespace)}
+
+    def scheme_namespace(self, namespace: str) -> dict[str, Any]:
+        return {"namespace": namespace}
+
+
+class TestMooncakeBackendSGLangMooncake(TestMooncakeBackend):
+    config = {"key_scheme": "sglang-mooncake"}
+
+    def scheme_namespace(self, namespace: str) -> dict[str, Any]:
+        return {"extra_backend_tag": namespace}
