@@ -14,9 +14,7 @@ echo "== mypy (strict, hicache_sdk)"
 .venv/bin/mypy
 echo "== pytest"
 .venv/bin/python -m pytest -q -p no:cacheprovider \
-    tests backends/file/tests backends/redis/tests conformance/tests
-    tests backends/file/tests backends/s3/tests conformance/tests
-    tests backends/file/tests conformance/tests
+    tests backends/file/tests backends/redis/tests backends/s3/tests conformance/tests
 echo "== pytest (mooncake: a real master + holder process on loopback)"
 .venv/bin/python -m pytest -q -p no:cacheprovider backends/mooncake/tests
 echo "== real SGLang 0.5.23 (tox -e sglang)"
