@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from _servers import MooncakeCluster
 from hicache_backend_mooncake import MooncakeStorage
-from hicache_conformance import BackendSuite
+from hicache_conformance import BackendSuite, TransportTests
 
 _CLUSTER: list[MooncakeCluster] = []
 
@@ -38,3 +38,20 @@ class TestMooncakeBackendSGLangMooncake(TestMooncakeBackend):
 
     def scheme_namespace(self, namespace: str) -> dict[str, Any]:
         return {"extra_backend_tag": namespace}
+
+
+class TestMooncakeTransport(TransportTests):
+    """The transport itself, below the adapter: planted short, long and foreign objects,
+    create-if-absent, duplicate keys, no partially visible write."""
+
+    backend = MooncakeStorage
+    config: dict[str, Any] = {}
+
+    @pytest.fixture(autouse=True, scope="class")
+    @classmethod
+    def _mooncake_cluster(cls, cluster: MooncakeCluster) -> Iterator[None]:
+        _CLUSTER[:] = [cluster]
+        yield
+
+    def namespace_config(self, namespace: str) -> dict[str, Any]:
+        return {**_CLUSTER[0].config(), "namespace": namespace}

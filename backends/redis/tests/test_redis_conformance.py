@@ -16,7 +16,7 @@ import pytest
 from _redis_servers import RedisServer
 from hicache_backend_redis import RedisStorage
 from hicache_backend_redis.resp import Connection, command
-from hicache_conformance import BackendSuite
+from hicache_conformance import BackendSuite, TransportTests
 
 _SERVER = RedisServer(extra=["--enable-debug-command", "local"])
 _PREFIX = "conf:"
@@ -126,3 +126,11 @@ class TestRedisBackendSGLangMooncake(TestRedisBackend):
 
     def namespace_config(self, namespace: str) -> dict[str, Any]:
         return {"key_prefix": f"{_PREFIX}{namespace}:"}
+
+
+class TestRedisTransport(TransportTests):
+    """The transport itself, below the adapter: planted short, long and foreign objects,
+    create-if-absent, duplicate keys, no partially visible write."""
+
+    backend = RedisStorage
+    config = {**TestRedisBackend.config, "key_prefix": f"{_PREFIX}transport:"}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from hicache_backend_s3 import S3Storage
-from hicache_conformance import BackendSuite
+from hicache_conformance import BackendSuite, TransportTests
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _proxy import LatencyProxy
@@ -142,3 +142,11 @@ class TestS3BackendThroughProxy(TestS3Backend):
 
     def namespace_config(self, namespace: str) -> dict[str, Any]:
         return {"namespace": namespace, "endpoint_url": _PROXY[-1].url}
+
+
+class TestS3Transport(TransportTests):
+    """The transport itself, below the adapter: planted short, long and foreign objects,
+    create-if-absent, duplicate keys, no partially visible write."""
+
+    backend = S3Storage
+    config = {**_CFG, "prefix": "conf-transport/"}
