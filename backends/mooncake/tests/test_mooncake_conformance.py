@@ -16,7 +16,9 @@ from hicache_conformance import BackendSuite, TransportTests
 _CLUSTER: list[MooncakeCluster] = []
 
 
-class TestMooncakeBackend(BackendSuite):
+class _OnSessionCluster:
+    """The session's cluster, and a namespace per test (the suite asks for one)."""
+
     backend = MooncakeStorage
     config: dict[str, Any] = {}
 
@@ -33,6 +35,10 @@ class TestMooncakeBackend(BackendSuite):
         return {"namespace": namespace}
 
 
+class TestMooncakeBackend(_OnSessionCluster, BackendSuite):
+    pass
+
+
 class TestMooncakeBackendSGLangMooncake(TestMooncakeBackend):
     config = {"key_scheme": "sglang-mooncake"}
 
@@ -40,18 +46,6 @@ class TestMooncakeBackendSGLangMooncake(TestMooncakeBackend):
         return {"extra_backend_tag": namespace}
 
 
-class TestMooncakeTransport(TransportTests):
+class TestMooncakeTransport(_OnSessionCluster, TransportTests):
     """The transport itself, below the adapter: planted short, long and foreign objects,
     create-if-absent, duplicate keys, no partially visible write."""
-
-    backend = MooncakeStorage
-    config: dict[str, Any] = {}
-
-    @pytest.fixture(autouse=True, scope="class")
-    @classmethod
-    def _mooncake_cluster(cls, cluster: MooncakeCluster) -> Iterator[None]:
-        _CLUSTER[:] = [cluster]
-        yield
-
-    def namespace_config(self, namespace: str) -> dict[str, Any]:
-        return {**_CLUSTER[0].config(), "namespace": namespace}
