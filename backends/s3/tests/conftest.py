@@ -41,8 +41,8 @@ def s3cfg(moto: MotoServer, bucket: str) -> dict[str, object]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep only the L4 tests of the proxied conformance class (see test_conformance.py)."""
-    from test_conformance import PROXIED_TESTS
+    """Keep only the L4 tests of the proxied conformance class (see test_s3_conformance.py)."""
+    from test_s3_conformance import PROXIED_TESTS
 
     keep, drop = [], []
     for item in items:
