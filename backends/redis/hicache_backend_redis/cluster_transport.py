@@ -32,7 +32,7 @@ from hicache_sdk import ConfigError, Segments, TransportError
 from .config import RedisConfig, redact_url
 from .pool import AuthError, Pool
 from .redis_transport import RedisTransport
-from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, views_of
+from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, set_nx_suffix, views_of
 
 __all__ = ["RedisClusterTransport"]
 
@@ -268,11 +268,7 @@ class RedisClusterTransport(RedisTransport):
         if not keys:
             return []
         names = [self._prefix + k.encode() for k in keys]
-        tail = b"\r\n$2\r\nNX\r\n"
-        if self._ttl_ms:
-            ms = str(self._ttl_ms).encode()
-            tail += b"$2\r\nPX\r\n$%d\r\n%s\r\n" % (len(ms), ms)
-        nargs = 6 if self._ttl_ms else 4
+        tail, nargs = set_nx_suffix(self._ttl_ms)
 
         def part(c: Connection, idx: list[int], asking: bool) -> list[Any]:
             parts: list[bytes | memoryview] = []

@@ -26,7 +26,7 @@ from hicache_sdk import Capabilities, ConfigError, Segments, Transport, Transpor
 
 from .config import RedisConfig, parse_endpoint, redact_url
 from .pool import AuthError, Pool
-from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, views_of
+from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, set_nx_suffix, views_of
 
 __all__ = ["RedisTransport"]
 
@@ -175,11 +175,7 @@ class RedisTransport(Transport):
         if not keys:
             return []
         p = self._prefix
-        tail = b"\r\n$2\r\nNX\r\n"
-        if self._ttl_ms:
-            ms = str(self._ttl_ms).encode()
-            tail += b"$2\r\nPX\r\n$%d\r\n%s\r\n" % (len(ms), ms)
-        nargs = 6 if self._ttl_ms else 4
+        tail, nargs = set_nx_suffix(self._ttl_ms)
         parts: list[bytes | memoryview] = []
         for k, segs in zip(keys, buffers):
             name = p + k.encode()

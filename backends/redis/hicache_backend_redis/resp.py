@@ -265,3 +265,13 @@ class Connection:
         self.broken = True
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def set_nx_suffix(ttl_ms: int) -> tuple[bytes, int]:
+    """The encoded arguments after a ``SET key value`` value (``NX``, and ``PX ttl_ms`` when
+    ``ttl_ms`` is set), and the command's argument count: ``SET key value NX [PX ms]``."""
+    tail = b"\r\n$2\r\nNX\r\n"
+    if not ttl_ms:
+        return tail, 4
+    ms = str(ttl_ms).encode()
+    return tail + b"$2\r\nPX\r\n$%d\r\n%s\r\n" % (len(ms), ms), 6
