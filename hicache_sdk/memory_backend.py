@@ -88,7 +88,6 @@ class MemoryTransport(Transport):
         capacity_bound=True,
         eviction=True,
         delete=True,
-        scatter_gather=True,
     )
 
     def __init__(self, store: str = "default", capacity_bytes: int = 0) -> None:
@@ -192,7 +191,7 @@ class MemoryStorage(PagedStorage):
     """The ``memory`` backend: :class:`PagedStorage` over :class:`MemoryTransport`."""
 
     config_cls: ClassVar[type[BackendConfig]] = MemoryConfig
-    capabilities: ClassVar[Capabilities] = MemoryTransport.capabilities
+    transport_cls = MemoryTransport
     backend_name: ClassVar[str] = "memory"
 
     @classmethod

@@ -12,9 +12,9 @@ Rules every transport follows:
 
 * thread-safe: SGLang calls a backend from four threads at once;
 * never raises for an I/O failure from ``exists``/``read``/``write``/``delete``: it
-  reports a miss / ``False`` and, optionally, a reason through :meth:`last_error`-style
-  counters of its own; it may raise :class:`TransportError` to say "the whole batch
-  failed" (the adapter turns that into misses and counts the reason);
+  reports a miss / ``False`` and counts the reason with :meth:`Transport.count_failure`
+  (the adapter forwards it to its metrics); it may raise :class:`TransportError` to say
+  "the whole batch failed" (the adapter turns that into misses and counts the reason);
 * every call into a server has a bounded time (the resilience layer adds deadlines on
   top, but a transport must not block forever on its own);
 * ``write`` is create-if-absent: an existing object is left untouched and counts as
@@ -31,13 +31,10 @@ from typing import ClassVar
 
 from .capabilities import Capabilities
 from .errors import TransportError
+from .kit.failures import FailureReasons
+from .kit.segments import Segment, Segments
 
 __all__ = ["Segment", "Segments", "SIZE_UNKNOWN", "Transport", "TransportError"]
-
-#: ``(address, nbytes)`` of one contiguous piece of memory.
-Segment = tuple[int, int]
-#: The scatter/gather list of one object.
-Segments = Sequence[Segment]
 
 #: Returned by :meth:`Transport.exists` for a present object whose size is not known cheaply.
 SIZE_UNKNOWN = -1
@@ -46,14 +43,57 @@ SIZE_UNKNOWN = -1
 class Transport(ABC):
     """Existence, read, write and delete of many named objects.
 
-    Subclasses set :attr:`capabilities` and :attr:`max_segments` (how many segments one
-    object may be split into; ``1`` means the adapter gathers multi-segment pages through
-    one staging copy before calling the transport).
+    Subclasses set :attr:`capabilities` (only the store's own properties: ``persistent``,
+    ``shared_across_processes``, ``ttl``, ``capacity_bound``, ``eviction``, ``delete``,
+    ``health``, ``fault_injection``; the adapter adds its own) and :attr:`max_segments` (how
+    many segments one object may be split into; ``1`` means the adapter gathers
+    multi-segment pages through one staging copy before calling the transport).
+
+    A transport whose every touch of caller memory cannot block may set
+    :attr:`cancellable` and accept ``cancel`` (a :class:`~hicache_sdk.kit.cancel.CancelToken`)
+    in :meth:`read` / :meth:`write`; see ``docs/transport-kit.md``.
     """
 
     capabilities: ClassVar[Capabilities] = Capabilities()
     #: The most segments per object this transport accepts in one read/write.
     max_segments: ClassVar[int] = 1 << 30
+    #: ``read``/``write`` accept ``cancel=`` and touch caller memory only inside
+    #: ``cancel.guard()``: the resilience layer then runs deadline-bound transfers on the
+    #: caller's memory (no staging copy) and cancels them at the deadline.
+    cancellable: ClassVar[bool] = False
+
+    # -- failure reasons -----------------------------------------------------------------
+    @property
+    def failures(self) -> FailureReasons:
+        """This transport's failure-reason sink (created on first use)."""
+        sink: FailureReasons | None = self.__dict__.get("_hicache_failures")
+        if sink is None:
+            sink = self.__dict__.setdefault("_hicache_failures", FailureReasons())
+        return sink
+
+    @failures.setter
+    def failures(self, sink: FailureReasons) -> None:  # wrappers share their inner's sink
+        self.__dict__["_hicache_failures"] = sink
+
+    def count_failure(self, reason: str, n: int = 1) -> None:
+        """Count ``n`` failures of ``reason`` (a short lowercase token such as
+        ``"connection"``, ``"timeout"``, ``"disk_full"``; see
+        :mod:`hicache_sdk.kit.failures`). The adapter forwards them to its metrics, so
+        they reach ``get_stats()`` and ``hicache ping``."""
+        self.failures.count(reason, n)
+
+    # -- host memory -----------------------------------------------------------------------
+    def register_memory(self, address: int, nbytes: int) -> None:
+        """Memory the transport will be handed in ``read``/``write`` segments: each
+        distinct host-pool buffer (by the adapter, when a pool is registered) and each
+        staging buffer (by the resilience layer, before its first use). A zero-copy RDMA
+        transport registers it with its engine here, once. Default: nothing. Raising makes
+        that staging buffer unusable (its transfers miss) or fails the pool registration."""
+
+    def unregister_memory(self, address: int, nbytes: int) -> None:
+        """Undo :meth:`register_memory` for the same region: on ``close()`` (before
+        :meth:`close`) and when a staging buffer is unmapped; never while a call that may
+        use the region is running. Default: nothing. Errors are swallowed by the caller."""
 
     @abstractmethod
     def exists(self, keys: Sequence[str]) -> list[int | None]:

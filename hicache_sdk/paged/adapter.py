@@ -1,8 +1,11 @@
 """``PagedStorage``: the whole ``HiCacheStorage`` surface over any :class:`Transport`.
 
-A backend author subclasses :class:`PagedStorage`, sets ``config_cls``, ``capabilities``
-and ``backend_name``, and implements :meth:`PagedStorage.create_transport`. Everything
-else -- hit semantics, alignment checks, key naming, headers, pools, metrics -- lives here.
+A backend author subclasses :class:`PagedStorage` and sets ``config_cls``, ``transport_cls``
+(built as ``transport_cls(config)``; override :meth:`PagedStorage.create_transport` to build it
+otherwise) and ``backend_name``. The class's ``capabilities`` are derived, never restated: the
+adapter's own (:data:`~hicache_sdk.capabilities.ADAPTER`) plus ``transport_cls.capabilities``.
+Everything else -- hit semantics, alignment checks, key naming, headers, pools, metrics,
+failure reasons, host-memory registration -- lives here.
 
 Behaviour worth knowing:
 
@@ -33,11 +36,10 @@ import dataclasses
 import logging
 import threading
 import time
-from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, List, Optional
 
-from ..capabilities import Capabilities
+from ..capabilities import ADAPTER, Capabilities
 from ..config import BackendConfig
 from ..errors import ConfigError, NotRegisteredError
 from ..keys.scheme_base import KeyScheme
@@ -76,8 +78,24 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
     """
 
     config_cls: ClassVar[type[BackendConfig]] = BackendConfig
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    #: The transport class; ``capabilities`` is derived from it (see the module docs).
+    transport_cls: ClassVar[type[Transport] | None] = None
+    capabilities: ClassVar[Capabilities] = ADAPTER
     backend_name: ClassVar[str] = "paged"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        tcls = cls.__dict__.get("transport_cls")
+        if tcls is None:
+            return
+        if not (isinstance(tcls, type) and issubclass(tcls, Transport)):
+            raise TypeError(f"{cls.__name__}.transport_cls must be a Transport subclass, got {tcls!r}")
+        if "capabilities" in cls.__dict__:
+            raise TypeError(
+                f"{cls.__name__}: capabilities are derived from transport_cls "
+                f"({tcls.__name__}.capabilities) plus the adapter's own; do not restate them"
+            )
+        cls.capabilities = ADAPTER.union(tcls.capabilities)
 
     def __init__(self, storage_config: Any = None, kwargs: Optional[Mapping[str, Any]] = None) -> None:
         self.storage_config: Any = storage_config if storage_config is not None else HiCacheStorageConfig()
@@ -90,7 +108,20 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         self.metrics = Metrics()
         self.scheme: KeyScheme = self.create_key_scheme()
         self.raw_transport: Transport = self.create_transport(self.config)
-        self.transport: Transport = wrap_transport(self.raw_transport, self.config, self.metrics)
+        if not isinstance(self.raw_transport, Transport):
+            raise TypeError(
+                f"{type(self).__name__}.create_transport returned {type(self.raw_transport).__name__}, "
+                "not a hicache_sdk.Transport"
+            )
+        self.raw_transport.failures.bind(self.metrics.error)
+        inner: Transport = self.raw_transport
+        ttl = float(getattr(self.config, "exists_cache_ttl_s", 0) or 0)
+        if ttl:
+            from ..kit.existence import CachedExistence
+
+            inner = CachedExistence(inner, ttl)
+        self.transport: Transport = wrap_transport(inner, self.config, self.metrics)
+        self._registered_memory: set[tuple[int, int]] = set()
         self._engine = ObjectEngine(self.transport, self.metrics, checksum=bool(self.config.checksum))
         self._lock = threading.Lock()
         self._kv: PoolState | None = None
@@ -98,9 +129,20 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         self._closed = False
 
     # -- hooks for backend authors ----------------------------------------------------
-    @abstractmethod
     def create_transport(self, config: Any) -> Transport:
-        """Build the transport from the typed config. Must not connect eagerly."""
+        """Build the transport from the typed config: ``transport_cls(config)`` by default.
+        Must not connect eagerly (an unreachable service never fails construction)."""
+        tcls = type(self).transport_cls
+        if tcls is None:
+            raise TypeError(f"{type(self).__name__}: set transport_cls or override create_transport()")
+        return tcls(config)  # type: ignore[call-arg]
+
+    @classmethod
+    def check_environment(cls) -> str | None:
+        """Why this backend cannot run here (a missing library, binary or device), or
+        ``None`` when it can. Called by ``hicache ping`` / the registry listing without
+        constructing the backend; must be cheap and never raise. Default: ``None``."""
+        return None
 
     def create_key_scheme(self) -> KeyScheme:
         """Build the key scheme named by ``config.key_scheme`` (override to customise)."""
@@ -144,6 +186,7 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         layout and geometry come from the pool, never from config."""
         rep = bool(getattr(self.storage_config, "is_mla_model", False))
         state = self._describe(mem_pool_host, _KV, rep)
+        self._register_memory(mem_pool_host)
         with self._lock:
             self.mem_pool_host = mem_pool_host
             self._kv = state
@@ -163,8 +206,27 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
                 self.register_mem_pool_host(host_pool)
             return
         state = self._describe(host_pool, name, None)
+        self._register_memory(host_pool)
         with self._lock:
             self._pools[name] = state
+
+    def _register_memory(self, pool: Any) -> None:
+        """Tell the transport, once per distinct buffer, which host memory it will be
+        handed (``Transport.register_memory``); the resilience layer unregisters it on
+        close. A failure fails the registration (``TransportError`` propagates)."""
+        from ..hostpool.describe import pool_buffers
+
+        for region in pool_buffers(pool):
+            with self._lock:
+                if region in self._registered_memory:
+                    continue
+                self._registered_memory.add(region)
+            try:
+                self.transport.register_memory(*region)
+            except BaseException:
+                with self._lock:
+                    self._registered_memory.discard(region)
+                raise
 
     def on_host_pools_registered(self) -> None:
         """Fails the attach (``NotRegisteredError``) when no KV pool was registered."""

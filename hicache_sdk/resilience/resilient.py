@@ -7,7 +7,11 @@ Behaviour, per call:
    consecutive failures, or while the abandoned-call budget is exhausted) refuses the call
    at once: misses / ``False``, error reason ``"closed"`` / ``"breaker_open"``.
    In the half-open state one call is the probe: ``health()`` when the transport declares
-   the ``health`` capability, otherwise the call itself.
+   the ``health`` capability, otherwise the call itself. Existence has its own breaker
+   (``exists_breaker_state``): a slow or failing existence query never opens the breaker
+   transfers use. The other way round, while the *transfer* breaker is open ``exists``
+   reports every page absent (a hit that cannot be read is a miss), reason
+   ``"breaker_open"``.
 2. **Deadline.** ``exists`` (and ``health``) run under ``exists_timeout_s``; ``read``,
    ``write`` and ``delete`` under ``transfer_timeout_s``. With a deadline ``> 0`` the call
    runs on a worker thread and the caller waits at most that long; a call that outlives it
@@ -16,6 +20,9 @@ Behaviour, per call:
    inline in the caller's thread: zero-copy, no staging, no extra thread hop -- and no bound
    beyond the transport's own timeouts (the local file backend's choice for transfers:
    page-cache copies that cannot hang for long are not worth a staging copy).
+   ``exists`` is asked in chunks of at most :data:`EXISTS_CHUNK` keys on one worker: at
+   the deadline the chunks answered so far stand (a long query yields its answered prefix,
+   not all-or-nothing) and the rest are absent; the worker stops before the next chunk.
 3. **Memory safety** (an abandoned I/O never touches memory someone else may use):
 
    * ``caller_owns_memory=True`` (inside SGLang: the host pool is the caller's and its slots
@@ -26,7 +33,12 @@ Behaviour, per call:
      Staging is released only when the I/O ends (``late_completions`` counts abandoned
      calls that ended). Large batches are split into chunks of at most a quarter of
      ``staging_bytes`` (so four caller threads can progress together), run one after another
-     under the one deadline. No staging left: remaining objects miss (``staging_exhausted``).
+     under the one deadline (read from the injected ``clock``; no chunk starts after it).
+     No staging left: remaining objects miss (``staging_exhausted``).
+   * a transport that declares ``cancellable`` gets the caller's segments directly with a
+     :class:`~hicache_sdk.kit.cancel.CancelToken`, cancelled at the deadline
+     (``cancelled_at_deadline``): no staging copy, and no touch of the caller's memory after
+     the cancel returns.
    * ``caller_owns_memory=False`` (the SDK owns the pool): no staging; the caller's segments
      go straight to the transport, and a :class:`Quarantine` hook is told to ``hold`` them
      before the I/O starts and to ``release`` them when it ends (late, if abandoned).
@@ -36,16 +48,24 @@ Behaviour, per call:
    wrapper's argument checks and from the transport.
 5. **Metrics**: transport-level ops ``t_exists``/``t_read``/``t_write``/``t_delete``
    (pages and bytes count the objects found/moved), gauges ``breaker_state``,
-   ``abandoned_calls``, ``staging_bytes_in_use``, ``staging_bytes_reserved``.
+   ``exists_breaker_state``, ``abandoned_calls``, ``staging_bytes_in_use``,
+   ``staging_bytes_reserved``.
+6. **Memory registration**: :meth:`register_memory` is forwarded to the transport and
+   remembered; :meth:`close` unregisters every remembered region after running calls have
+   drained and before the transport is closed. Staging buffers are registered when mapped
+   and unregistered when unmapped.
+
+The paths a transfer takes are in :mod:`.transfers`.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, TypeVar
 
+from ..errors import TransportError
 from ..transport import Segments, Transport
 from .breaker import CircuitBreaker
 from .deadline import Call, DeadlineRunner
@@ -55,13 +75,16 @@ from .protocols import (
     ABANDON_COUNTER,
     Quarantine,
     ResilienceConfig,
-    bind,
     error_reason,
     segment_sizes,
 )
-from .staging import StagingBuffer, StagingPool, copy_segments_from, copy_segments_to
+from .staging import StagingPool
+from .transfers import run_transfer
 
-__all__ = ["Quarantine", "ResilienceConfig", "ResilientTransport"]
+__all__ = ["EXISTS_CHUNK", "Quarantine", "ResilienceConfig", "ResilientTransport"]
+
+#: The most keys one ``exists`` call of the transport is asked at a time.
+EXISTS_CHUNK = 4096
 
 T = TypeVar("T")
 
@@ -93,6 +116,10 @@ class ResilientTransport(Transport):
         self._inner = inner
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.max_segments = inner.max_segments  # type: ignore[misc]
+        self.failures = inner.failures
+        self._clock = clock
+        self._regions: dict[tuple[int, int], None] = {}
+        self._regions_lock = threading.Lock()
         self._metrics = metrics
         self._injector = injector
         self._exists_s = float(config.exists_timeout_s)
@@ -110,17 +137,22 @@ class ResilientTransport(Transport):
             clock=clock,
             on_state=lambda s: metrics.gauge("breaker_state", s),
         )
+        self._exists_breaker = CircuitBreaker(
+            int(config.breaker_failures),
+            float(config.breaker_reset_s),
+            clock=clock,
+            on_state=lambda s: metrics.gauge("exists_breaker_state", s),
+        )
         metrics.gauge("breaker_state", self._breaker.state)
+        metrics.gauge("exists_breaker_state", self._exists_breaker.state)
         metrics.gauge("abandoned_calls", 0)
         self._runner = DeadlineRunner(
             caller_threads + self._max_abandoned + 1, on_abandon_change=self._on_abandon_change
         )
-        reg = getattr(inner, "register_memory", None)
-        unreg = getattr(inner, "unregister_memory", None)
         self._staging = StagingPool(
             int(config.staging_bytes),
-            register=reg if callable(reg) else None,
-            unregister=unreg if callable(unreg) else None,
+            register=inner.register_memory,
+            unregister=inner.unregister_memory,
             on_usage=self._on_staging_usage,
         )
         self._chunk_bytes = max(int(config.staging_bytes) // max(caller_threads, 1), 1)
@@ -141,7 +173,13 @@ class ResilientTransport(Transport):
 
     @property
     def breaker(self) -> CircuitBreaker:
+        """The breaker of transfers (read, write, delete, health)."""
         return self._breaker
+
+    @property
+    def exists_breaker(self) -> CircuitBreaker:
+        """The breaker of existence queries (never opened by transfers, nor they by it)."""
+        return self._exists_breaker
 
     @property
     def staging(self) -> StagingPool:
@@ -198,12 +236,16 @@ class ResilientTransport(Transport):
         release: Callable[[], None] | None,
         *,
         ok_if: Callable[[T], bool] | None = None,
+        on_abandon: Callable[[], None] | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> tuple[str, T | None]:
-        """Run ``fn`` (after the injector) under ``timeout``; report to the breaker
-        (a result for which ``ok_if`` is false counts as a failure but keeps status ok).
-        ``release`` runs when an abandoned call ends (frees memory its I/O could touch).
-        Returns ``(status, result)``; ``ValueError`` propagates."""
+        """Run ``fn`` (after the injector) under ``timeout``; report to ``breaker`` (the
+        transfer breaker by default; a result for which ``ok_if`` is false counts as a
+        failure but keeps status ok). ``release`` runs when an abandoned call ends (frees
+        memory its I/O could touch); ``on_abandon`` runs in the caller's thread right after
+        the call is abandoned. Returns ``(status, result)``; ``ValueError`` propagates."""
         inj = self._injector
+        brk = breaker if breaker is not None else self._breaker
 
         def job() -> T:
             if inj is not None:
@@ -216,9 +258,9 @@ class ResilientTransport(Transport):
             except ValueError:
                 raise
             except Exception as e:
-                self._failed(op, e)
+                self._failed(e, brk)
                 return _FAILED, None
-            self._judge(result, ok_if)
+            self._judge(result, ok_if, brk)
             return _OK, result
         try:
             call = self._runner.submit(job, self._late(release))
@@ -226,28 +268,31 @@ class ResilientTransport(Transport):
             self._refuse("closed")
             return _REFUSED, None
         if not self._runner.wait(call, timeout):
+            if on_abandon is not None:
+                on_abandon()
             self._metrics.count(f"deadline_{op}")
             self._metrics.count(ABANDON_COUNTER[op])
             self._metrics.error("deadline")
-            self._breaker.record_failure()
+            brk.record_failure()
             return _ABANDONED, None
         if call.error is not None:
             if isinstance(call.error, ValueError):
                 raise call.error
-            self._failed(op, call.error)
+            self._failed(call.error, brk)
             return _FAILED, None
-        self._judge(call.result, ok_if)  # type: ignore[arg-type]
+        self._judge(call.result, ok_if, brk)  # type: ignore[arg-type]
         return _OK, call.result
 
-    def _judge(self, result: T, ok_if: Callable[[T], bool] | None) -> None:
+    @staticmethod
+    def _judge(result: T, ok_if: Callable[[T], bool] | None, brk: CircuitBreaker) -> None:
         if ok_if is None or ok_if(result):
-            self._breaker.record_success()
+            brk.record_success()
         else:
-            self._breaker.record_failure()
+            brk.record_failure()
 
-    def _failed(self, op: str, e: BaseException) -> None:
+    def _failed(self, e: BaseException, brk: CircuitBreaker) -> None:
         self._metrics.error(error_reason(e))
-        self._breaker.record_failure()
+        brk.record_failure()
 
     def _late(self, release: Callable[[], None] | None) -> Callable[[Call[Any]], None]:
         """The hook run when an abandoned call ends: count it, then free its memory."""
@@ -271,25 +316,68 @@ class ResilientTransport(Transport):
     # -- Transport ------------------------------------------------------------------
 
     def exists(self, keys: Sequence[str]) -> list[int | None]:
-        """Sizes / ``None``; all ``None`` when refused, failed or past the exists deadline."""
+        """Sizes / ``None``; all ``None`` when refused or failed, and ``None`` past the
+        answered prefix at the exists deadline (see the module docs)."""
         n = len(keys)
         if n == 0:
             return []
         t0 = time.perf_counter()
         out: list[int | None] = [None] * n
-        if not self._admit():
+        if self._closed:
+            self._refuse("closed")
             self._record("t_exists", t0, 0, 0, False)
             return out
-        keys = list(keys)
-        status, res = self._run("exists", lambda: self._inner.exists(keys), self._exists_s, None)
-        if status == _OK:
-            if isinstance(res, list) and len(res) == n:
-                out = list(res)
-            else:
-                self._metrics.error("transport_contract")
-                status = _FAILED
-        self._record("t_exists", t0, n - out.count(None), 0, status == _OK)
+        # Transfers down: a hit could not be read, so nothing is reported present. The
+        # query may serve as the transfer breaker's half-open probe (health() when
+        # declared, else the query itself).
+        allowed, probe = self._breaker.allow()
+        if not allowed or (probe and self._probe_health and not self._health_probe()):
+            self._metrics.count("exists_refused_transfers_down")
+            self._refuse("breaker_open")
+        elif not self._exists_breaker.allow()[0]:
+            self._metrics.count("breaker_rejected")
+            self._refuse("exists_breaker_open")
+        else:
+            ok = self._exists_chunked(list(keys), out)
+            if probe and not self._probe_health:
+                (self._breaker.record_success if ok else self._breaker.record_failure)()
+            self._record("t_exists", t0, n - out.count(None), 0, ok)
+            return out
+        self._record("t_exists", t0, 0, 0, False)
         return out
+
+    def _exists_chunked(self, keys: list[str], out: list[int | None]) -> bool:
+        """Ask the transport chunk by chunk on one worker; fill ``out`` with what was
+        answered by the deadline. True when every chunk was answered."""
+        n = len(keys)
+        inner, parts, lock = self._inner, [], threading.Lock()
+        stop = [False]
+
+        def job() -> bool:
+            for a in range(0, n, EXISTS_CHUNK):
+                part = inner.exists(keys[a : a + EXISTS_CHUNK])
+                if not isinstance(part, list) or len(part) != min(EXISTS_CHUNK, n - a):
+                    raise TransportError("exists returned a wrong number of answers", "transport_contract")
+                with lock:
+                    if stop[0]:
+                        return False
+                    parts.append(part)
+            return True
+
+        def on_abandon() -> None:
+            with lock:
+                stop[0] = True
+
+        status, _ = self._run(
+            "exists", job, self._exists_s, None, on_abandon=on_abandon, breaker=self._exists_breaker
+        )
+        pos = 0
+        with lock:
+            stop[0] = True
+            for part in parts:
+                out[pos : pos + len(part)] = part
+                pos += len(part)
+        return status == _OK
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """See :meth:`Transport.read`; misses on refusal, failure, deadline or no staging."""
@@ -313,108 +401,9 @@ class ResilientTransport(Transport):
         if not self._admit():
             self._record(f"t_{op}", t0, 0, 0, False)
             return out
-        if self._transfer_s <= 0 or not self._owns:
-            ok = self._direct(op, list(keys), [list(b) for b in buffers], out)
-        else:
-            ok = self._staged(op, list(keys), buffers, sizes, out)
+        ok = run_transfer(self, op, list(keys), buffers, sizes, out)
         self._record(f"t_{op}", t0, sum(out), sum(s for s, o in zip(sizes, out) if o), ok)
         return out
-
-    def _inner_op(self, op: str) -> Callable[[Sequence[str], Sequence[Segments]], list[bool]]:
-        return self._inner.read if op == "read" else self._inner.write
-
-    def _direct(
-        self, op: str, keys: list[str], buffers: list[list[tuple[int, int]]], out: list[bool]
-    ) -> bool:
-        fn = self._inner_op(op)
-        q = self._quarantine if self._transfer_s > 0 and not self._owns else None
-        if q is not None:
-            q.hold(buffers)
-            release: Callable[[], None] | None = partial(q.release, buffers)
-        else:
-            release = None
-        try:
-            status, res = self._run(op, bind(fn, keys, buffers), self._transfer_s, release)
-        except BaseException:
-            if q is not None:
-                q.release(buffers)
-            raise
-        if q is not None and status != _ABANDONED:
-            q.release(buffers)
-        if status != _OK:
-            return False
-        got = self._check_bools(res, len(keys))
-        if got is None:
-            self._metrics.error("transport_contract")
-            return False
-        out[:] = got
-        return True
-
-    def _chunks(self, sizes: list[int]) -> list[tuple[int, int]]:
-        chunks: list[tuple[int, int]] = []
-        start, acc = 0, 0
-        for i, s in enumerate(sizes):
-            if i > start and acc + s > self._chunk_bytes:
-                chunks.append((start, i))
-                start, acc = i, 0
-            acc += s
-        chunks.append((start, len(sizes)))
-        return chunks
-
-    def _staged(
-        self, op: str, keys: list[str], buffers: Sequence[Segments], sizes: list[int], out: list[bool]
-    ) -> bool:
-        fn = self._inner_op(op)
-        deadline = time.monotonic() + self._transfer_s
-        for a, b in self._chunks(sizes):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._metrics.count(f"deadline_{op}")
-                self._metrics.error("deadline")
-                return False
-            buf = self._staging.acquire(sum(sizes[a:b]))
-            if buf is None:
-                self._metrics.count("staging_exhausted")
-                self._metrics.error("staging_exhausted")
-                return False
-            offs: list[int] = []
-            off = 0
-            for s in sizes[a:b]:
-                offs.append(off)
-                off += s
-            staged = [[(buf.address + o, s)] for o, s in zip(offs, sizes[a:b])]
-            if op == "write":
-                for i, o in zip(range(a, b), offs):
-                    copy_segments_to(buf.address + o, list(buffers[i]))
-                self._metrics.count("staging_copies_out", b - a)
-            try:
-                status, res = self._run(op, bind(fn, keys[a:b], staged), left, self._releaser(buf))
-            except BaseException:
-                self._staging.release(buf)
-                raise
-            if status == _ABANDONED:
-                return False  # staging is released by the late hook, when the I/O ends
-            try:
-                if status != _OK:
-                    return False
-                got = self._check_bools(res, b - a)
-                if got is None:
-                    self._metrics.error("transport_contract")
-                    return False
-                if op == "read":
-                    copied = 0
-                    for i, o, g in zip(range(a, b), offs, got):
-                        if g:
-                            copy_segments_from(buf.address + o, list(buffers[i]))
-                            copied += 1
-                    self._metrics.count("staging_copies_in", copied)
-                out[a:b] = got
-            finally:
-                self._staging.release(buf)
-        return True
-
-    def _releaser(self, buf: StagingBuffer) -> Callable[[], None]:
-        return lambda: self._staging.release(buf)
 
     def delete(self, keys: Sequence[str]) -> None:
         """Best effort under the transfer deadline; never raises for I/O."""
@@ -442,15 +431,47 @@ class ResilientTransport(Transport):
             return False
         return self._health_probe()
 
+    def register_memory(self, address: int, nbytes: int) -> None:
+        """Forward to the transport (once per region) and remember the region, to be
+        unregistered on :meth:`close`."""
+        with self._regions_lock:
+            if (address, nbytes) in self._regions or self._closed:
+                return
+            self._regions[(address, nbytes)] = None
+        try:
+            self._inner.register_memory(address, nbytes)
+        except BaseException:
+            with self._regions_lock:
+                self._regions.pop((address, nbytes), None)
+            raise
+
+    def unregister_memory(self, address: int, nbytes: int) -> None:
+        with self._regions_lock:
+            if (address, nbytes) not in self._regions:
+                return
+            del self._regions[(address, nbytes)]
+        try:
+            self._inner.unregister_memory(address, nbytes)
+        except Exception as e:
+            self._metrics.error(error_reason(e))
+
     def close(self) -> None:
-        """Wait up to ``close_timeout_s`` for running calls, close the transport (also
-        bounded), then free idle staging and leak busy staging (counted in
-        ``staging_leaked_bytes``; freed later, when the abandoned I/O ends). Idempotent."""
+        """Wait up to ``close_timeout_s`` for running calls, unregister the memory
+        registered through this wrapper, free idle staging (unregistered) and leak busy
+        staging (counted in ``staging_leaked_bytes``; unregistered and freed later, when
+        the abandoned I/O ends), then close the transport (also bounded). Idempotent."""
         if self._closed:
             return
         self._closed = True
         end = time.monotonic() + self._close_s
         self._runner.drain(self._close_s)
+        with self._regions_lock:
+            regions = list(self._regions)
+        for region in regions:
+            self.unregister_memory(*region)
+        leaked = self._staging.close()  # idle buffers are unregistered before the transport closes
+        if leaked:
+            self._metrics.count("staging_leaked_bytes", leaked)
         try:
             call = self._runner.submit(self._inner.close)
             if self._runner.wait(call, max(end - time.monotonic(), 0.05)) and call.error is not None:
@@ -458,6 +479,3 @@ class ResilientTransport(Transport):
         except RuntimeError:
             pass
         self._runner.shutdown()
-        leaked = self._staging.close()
-        if leaked:
-            self._metrics.count("staging_leaked_bytes", leaked)

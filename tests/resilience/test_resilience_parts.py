@@ -18,6 +18,7 @@ from hicache_sdk.resilience.breaker import CircuitBreaker
 from hicache_sdk.resilience.deadline import DeadlineRunner
 from hicache_sdk.resilience.inject import is_inside_sglang
 from hicache_sdk.resilience.staging import MIN_BUFFER, StagingPool
+from hicache_sdk.resilience.transfers import chunk_bounds
 from hicache_sdk.transport import TransportError
 
 # -- breaker ----------------------------------------------------------------------------
@@ -236,15 +237,12 @@ def test_staging_never_exceeds_capacity(ops: list[tuple[bool, int]]) -> None:
 
 @given(st.lists(st.integers(0, 5000), min_size=1, max_size=40), st.integers(1, 8000))
 def test_chunks_partition_and_respect_limit(sizes: list[int], limit: int) -> None:
-    w = wrap_transport(MisbehavingTransport(), Cfg(), Metrics(), injector=FailureInjector())
-    w._chunk_bytes = limit
-    chunks = w._chunks(sizes)
+    chunks = chunk_bounds(sizes, limit)
     assert chunks[0][0] == 0 and chunks[-1][1] == len(sizes)
     assert all(a < b for a, b in chunks)
     assert all(x[1] == y[0] for x, y in itertools.pairwise(chunks))
     for a, b in chunks:
         assert b - a == 1 or sum(sizes[a:b]) <= limit
-    w.close()
 
 
 # -- failure injection --------------------------------------------------------------------

@@ -235,7 +235,7 @@ def test_abandoned_budget_opens_breaker_until_drained() -> None:
     t0 = time.monotonic()
     assert w.exists(["a"]) == [None]  # fails fast, never reaches the transport
     assert time.monotonic() - t0 < 0.05 + SLACK / 2
-    assert t.n("exists") == 2 and m.counter("breaker_rejected") == 1
+    assert t.n("exists") == 2 and m.counter("exists_refused_transfers_down") == 1
     assert m.errors()["breaker_open"] == 1
     gate.set()
     assert wait_for(lambda: w.abandoned == 0)
@@ -249,24 +249,97 @@ def test_breaker_open_half_open_close_with_injected_clock() -> None:
     t = MisbehavingTransport()
     clock = FakeClock()
     w, m = make(t, Cfg(breaker_failures=3, breaker_reset_s=1.0), clock=clock)
-    t.raise_["exists"] = TransportError("down", reason="connection")
+    t.raise_["read"] = TransportError("down", reason="connection")
     for _ in range(3):
-        assert w.exists(["a"]) == [None]
-    assert w.breaker.state == "open" and t.n("exists") == 3
-    assert w.exists(["a"]) == [None]
-    assert t.n("exists") == 3  # fail fast
+        assert w.read(["a"], [Buf(3).segs()]) == [False]
+    assert w.breaker.state == "open" and t.n("read") == 3
+    assert w.read(["a"], [Buf(3).segs()]) == [False]
+    assert t.n("read") == 3  # fail fast
     clock.advance(0.5)
-    assert w.exists(["a"]) == [None] and t.n("exists") == 3
+    assert w.read(["a"], [Buf(3).segs()]) == [False] and t.n("read") == 3
     clock.advance(0.6)  # back-off elapsed: the next call is the probe; it fails
-    assert w.exists(["a"]) == [None] and t.n("exists") == 4
+    assert w.read(["a"], [Buf(3).segs()]) == [False] and t.n("read") == 4
     assert w.breaker.state == "open"
-    assert w.exists(["a"]) == [None] and t.n("exists") == 4
+    assert w.read(["a"], [Buf(3).segs()]) == [False] and t.n("read") == 4
     clock.advance(1.0)
-    del t.raise_["exists"]
+    del t.raise_["read"]
     t.store["a"] = b"abc"
-    assert w.exists(["a"]) == [3]  # the probe succeeds and closes the breaker
+    assert w.read(["a"], [Buf(3).segs()]) == [True]  # the probe succeeds and closes the breaker
     assert w.breaker.state == "closed" and m.snapshot()["gauges"]["breaker_state"] == "closed"
+    w.close()
+
+
+def test_exists_failures_open_only_the_exists_breaker() -> None:
+    """Issue 10.7: failing or slow existence queries never open the breaker transfers
+    use; the exists breaker backs off and recovers on its own."""
+    t = MisbehavingTransport()
+    clock = FakeClock()
+    w, m = make(t, Cfg(breaker_failures=2, breaker_reset_s=1.0), clock=clock)
+    t.store["a"] = b"abc"
+    t.raise_["exists"] = TransportError("down", reason="connection")
+    for _ in range(2):
+        assert w.exists(["a"]) == [None]
+    assert w.exists_breaker.state == "open" and w.breaker.state == "closed"
+    assert w.exists(["a"]) == [None] and t.n("exists") == 2  # fail fast
+    assert m.errors()["exists_breaker_open"] == 1
+    buf = Buf(3)
+    assert w.read(["a"], [buf.segs()]) == [True] and buf.arr.raw == b"abc"  # transfers unaffected
+    del t.raise_["exists"]
+    clock.advance(1.1)  # the next query is the exists breaker's probe; it succeeds
     assert w.exists(["a"]) == [3]
+    assert w.exists_breaker.state == "closed"
+    assert m.snapshot()["gauges"]["exists_breaker_state"] == "closed"
+    w.close()
+
+
+def test_transfer_breaker_open_means_exists_reports_absent() -> None:
+    """Issue 10.7, the other way round: while reads fail, a hit could not be read, so
+    existence reports every page absent; the query then probes the transfer breaker."""
+    t = MisbehavingTransport()
+    clock = FakeClock()
+    w, m = make(t, Cfg(breaker_failures=1, breaker_reset_s=1.0), clock=clock)
+    t.store["a"] = b"abc"
+    t.raise_["read"] = TransportError("down", reason="connection")
+    assert w.read(["a"], [Buf(3).segs()]) == [False]
+    assert w.breaker.state == "open"
+    assert w.exists(["a"]) == [None] and t.n("exists") == 0
+    assert m.counter("exists_refused_transfers_down") == 1
+    del t.raise_["read"]
+    clock.advance(1.1)
+    assert w.exists(["a"]) == [3]  # this query was the probe (no health()): it closes the breaker
+    assert w.breaker.state == "closed"
+    w.close()
+
+
+def test_large_exists_answers_its_prefix_at_the_deadline() -> None:
+    """Issue 10.7: a query larger than one chunk is answered chunk by chunk; at the
+    deadline the answered chunks stand and the worker stops before the next one."""
+    from hicache_sdk.resilience.resilient import EXISTS_CHUNK
+
+    t = MisbehavingTransport()
+    n = EXISTS_CHUNK * 3
+    keys = [f"k{i}" for i in range(n)]
+    for k in keys:
+        t.store[k] = b"x"
+    calls: list[int] = []
+    gate = threading.Event()
+    real = t.exists
+
+    def slow_after_first(ks: list[str]) -> list[int | None]:
+        calls.append(len(ks))
+        if len(calls) > 1:
+            gate.wait(5)
+        return real(ks)
+
+    t.exists = slow_after_first  # type: ignore[method-assign]
+    w, m = make(t, Cfg(exists_timeout_s=0.2))
+    out = w.exists(keys)
+    assert out[:EXISTS_CHUNK] == [1] * EXISTS_CHUNK
+    assert out[EXISTS_CHUNK:] == [None] * (n - EXISTS_CHUNK)
+    assert m.counter("deadline_exists") == 1 and w.breaker.state == "closed"
+    gate.set()
+    assert wait_for(lambda: w.abandoned == 0)
+    assert calls == [EXISTS_CHUNK, EXISTS_CHUNK]  # the third chunk was never asked
     w.close()
 
 
@@ -274,19 +347,19 @@ def test_half_open_uses_health_probe_when_declared() -> None:
     t = HealthTransport()
     clock = FakeClock()
     w, _ = make(t, Cfg(breaker_failures=1, breaker_reset_s=1.0), clock=clock, probe_at_start=False)
-    t.raise_["exists"] = TransportError("down", reason="connection")
-    assert w.exists(["a"]) == [None]
+    t.raise_["read"] = TransportError("down", reason="connection")
+    assert w.read(["a"], [Buf(1).segs()]) == [False]
     assert w.breaker.state == "open"
     clock.advance(1.5)
     t.health_ok = False
-    assert w.exists(["a"]) == [None]
-    assert t.n("health") == 1 and t.n("exists") == 1  # the probe was health(), and it failed
+    assert w.read(["a"], [Buf(1).segs()]) == [False]
+    assert t.n("health") == 1 and t.n("read") == 1  # the probe was health(), and it failed
     assert w.breaker.state == "open"
     clock.advance(1.5)
     t.health_ok = True
-    del t.raise_["exists"]
-    assert w.exists(["a"]) == [None]  # health ok -> closed -> the real call runs (a miss)
-    assert t.n("health") == 2 and t.n("exists") == 2 and w.breaker.state == "closed"
+    del t.raise_["read"]
+    assert w.read(["a"], [Buf(1).segs()]) == [False]  # health ok -> closed -> the real call runs (a miss)
+    assert t.n("health") == 2 and t.n("read") == 2 and w.breaker.state == "closed"
     w.close()
 
 
@@ -487,4 +560,30 @@ def test_concurrent_callers_share_bounded_staging() -> None:
     assert errors == []
     assert w.staging.reserved <= 1 << 20 and w.staging.in_use == 0
     assert m.snapshot()["ops"]["t_read"]["pages"] == 160
+    w.close()
+
+
+def test_staged_chunks_never_start_after_the_deadline_on_the_injected_clock() -> None:
+    """Issue 10.9: a staged multi-chunk read whose first chunk takes the clock past the
+    deadline runs no later chunk and copies nothing more into the caller's slots."""
+    t = MisbehavingTransport()
+    clock = FakeClock()
+    page = 64 << 10
+    for k in "abc":
+        t.store[k] = bytes([ord(k)]) * page
+    real = t.read
+
+    def slow_read(keys, buffers):  # type: ignore[no-untyped-def]
+        clock.advance(10.0)  # this chunk ends after the 5 s deadline (on the injected clock)
+        return real(keys, buffers)
+
+    t.read = slow_read  # type: ignore[method-assign]
+    # chunks of staging_bytes / 4 = one page each: three chunks
+    w, m = make(t, Cfg(transfer_timeout_s=5.0, staging_bytes=4 * page), clock=clock)
+    bufs = [Buf(page) for _ in range(3)]
+    assert w.read(list("abc"), [b.segs() for b in bufs]) == [True, False, False]
+    assert t.n("read") == 1  # chunks two and three never started
+    assert bufs[0].bytes() == b"a" * page
+    assert bufs[1].bytes() == bytes(page) and bufs[2].bytes() == bytes(page)
+    assert m.counter("deadline_read") == 1
     w.close()

@@ -76,7 +76,6 @@ class FileTransport(ReadPath, WritePath, Transport):
         capacity_bound=True,
         delete=True,
         health=True,
-        scatter_gather=True,
     )
 
     def __init__(self, config: FileConfig | None = None, *, environ: Mapping[str, str] | None = None) -> None:

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from hicache_sdk.errors import ConfigError
+
 from .names import TEMP_SUFFIX, is_page_name
 
 __all__ = [
@@ -56,8 +58,10 @@ except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
 _renameat2_ok = _renameat2 is not None
 
 
-class RootError(ValueError):
-    """The root directory is unsafe (foreign owner, writable by others) or unusable."""
+class RootError(ConfigError):
+    """The root directory is unsafe (foreign owner, writable by others) or unusable (a
+    :class:`~hicache_sdk.errors.ConfigError`, so also a ``ValueError``; the message names
+    ``root``)."""
 
 
 def prepare_root(root: str, dir_mode: int, strict: bool = True) -> None:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from hicache_sdk.capabilities import Capabilities
 from hicache_sdk.config import BackendConfig
 from hicache_sdk.paged.adapter import PagedStorage
-from hicache_sdk.transport import Transport
 
 from .config import FileConfig
 from .file_transport import FileTransport
@@ -27,11 +25,8 @@ class FileStorage(PagedStorage):
     since without a limit nothing is ever evicted."""
 
     config_cls: ClassVar[type[BackendConfig]] = FileConfig
-    capabilities: ClassVar[Capabilities] = FileTransport.capabilities
+    transport_cls = FileTransport
     backend_name: ClassVar[str] = "file"
-
-    def create_transport(self, config: Any) -> Transport:
-        return FileTransport(config)
 
     @classmethod
     def capacity_config(cls, capacity_bytes: int) -> dict[str, Any]:

@@ -37,7 +37,7 @@ class MooncakeStorage(PagedStorage):
     """Mooncake Store backend (entry point ``mooncake``). See the module docs."""
 
     config_cls: ClassVar[type[MooncakeConfig]] = MooncakeConfig
-    capabilities = MooncakeTransport.capabilities
+    transport_cls = MooncakeTransport
     backend_name = "mooncake"
 
     def create_transport(self, config: MooncakeConfig) -> MooncakeTransport:

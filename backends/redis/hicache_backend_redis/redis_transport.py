@@ -44,7 +44,6 @@ class RedisTransport(Transport):
         eviction=True,
         delete=True,
         health=True,
-        scatter_gather=True,
     )
     #: Reads land in caller memory only through receives that cannot block, each under the
     #: cancel token's guard (the transport kit's cancellable contract).

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from hicache_sdk import BackendConfig, Capabilities, PagedStorage, Transport
+from hicache_sdk import BackendConfig, PagedStorage, Transport
 
 from .config import RedisConfig
 from .redis_transport import RedisTransport
@@ -23,7 +23,7 @@ class RedisStorage(PagedStorage):
     """Pages as Redis string values (one value per page under the default key scheme)."""
 
     config_cls: ClassVar[type[BackendConfig]] = RedisConfig
-    capabilities: ClassVar[Capabilities] = RedisTransport.capabilities
+    transport_cls = RedisTransport  # capabilities derive from it (the cluster transport declares the same)
     backend_name: ClassVar[str] = "redis"
 
     def create_transport(self, config: Any) -> Transport:

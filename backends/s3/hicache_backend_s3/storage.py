@@ -8,9 +8,9 @@ endpoint is not an error there (calls miss until it answers).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from hicache_sdk import BackendConfig, Capabilities, PagedStorage, Transport
+from hicache_sdk import BackendConfig, PagedStorage
 
 from .config import S3Config
 from .transport import S3Transport
@@ -22,8 +22,5 @@ class S3Storage(PagedStorage):
     """Pages as objects in an S3 bucket under a prefix (see :mod:`hicache_backend_s3`)."""
 
     config_cls: ClassVar[type[BackendConfig]] = S3Config
-    capabilities: ClassVar[Capabilities] = S3Transport.capabilities
+    transport_cls = S3Transport
     backend_name: ClassVar[str] = "s3"
-
-    def create_transport(self, config: Any) -> Transport:
-        return S3Transport(config)

@@ -1,0 +1,43 @@
+"""The transport kit: what every backend would otherwise rewrite (see ``docs/transport-kit.md``).
+
+* :mod:`.failures` -- :class:`FailureReasons`, the sink behind ``Transport.count_failure``;
+* :mod:`.segments` -- ``(address, nbytes)`` lists: views, coalescing, native bulk copies;
+* :mod:`.fanout` -- :class:`FanOut`, a bounded thread fan-out of one batch;
+* :mod:`.existence` -- :class:`CachedExistence`, the positive-lookup cache with explicit
+  invalidation;
+* :mod:`.cancel` -- :class:`CancelToken`, for cancellable (zero-copy with deadlines) transports.
+
+Size and duration parsing lives in the config (:func:`hicache_sdk.config.setting` with
+``unit="bytes"`` / ``"seconds"``); capabilities are stated once through
+``PagedStorage.transport_cls``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .cancel import CancelToken
+from .failures import FailureReasons
+from .fanout import FanOut
+from .segments import coalesce, copy_runs, gather, memoryviews, scatter, total_bytes
+
+__all__ = [
+    "CachedExistence",
+    "CancelToken",
+    "FailureReasons",
+    "FanOut",
+    "coalesce",
+    "copy_runs",
+    "gather",
+    "memoryviews",
+    "scatter",
+    "total_bytes",
+]
+
+
+def __getattr__(name: str) -> Any:  # CachedExistence needs transport.py, which needs this package
+    if name == "CachedExistence":
+        from .existence import CachedExistence
+
+        return CachedExistence
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,202 @@
+"""The transfer paths of :class:`~hicache_sdk.resilience.resilient.ResilientTransport`.
+
+One of four, per call (see the module docs of :mod:`.resilient` for the rules):
+
+* **inline** (``transfer_timeout_s == 0``): the caller's segments go straight to the
+  transport, in the caller's thread;
+* **quarantined** (the SDK owns the memory): straight to the transport on a worker; the
+  quarantine keeps the slots out of reuse until the I/O ends;
+* **cancellable** (the transport declares ``cancellable``): straight to the transport on a
+  worker with a :class:`~hicache_sdk.kit.cancel.CancelToken`, cancelled at the deadline --
+  once ``cancel()`` returns, the abandoned call can no longer touch the caller's memory;
+* **staged**: through SDK-owned staging memory, in chunks of at most ``chunk_bytes``, all
+  under one deadline read from the injected clock (a chunk never starts after it). Copies
+  between staging and the caller's segments are one native call per chunk
+  (:func:`hicache_sdk.kit.segments.copy_runs`, GIL released).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ..kit.cancel import CancelToken
+from ..kit.segments import copy_runs
+from ..transport import Segments
+from .protocols import bind
+from .staging import StagingBuffer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .resilient import ResilientTransport
+
+__all__ = ["chunk_bounds", "run_transfer"]
+
+_OK, _ABANDONED = "ok", "abandoned"
+
+
+def run_transfer(
+    rt: ResilientTransport,
+    op: str,
+    keys: list[str],
+    buffers: Sequence[Segments],
+    sizes: list[int],
+    out: list[bool],
+) -> bool:
+    """Move one admitted batch by the path the wrapper's settings select; fills ``out``.
+    Returns whether the transport answered (False: refused / failed / past the deadline)."""
+    if rt._transfer_s <= 0 or not rt._owns:
+        return _direct(rt, op, keys, [list(b) for b in buffers], out)
+    if rt._inner.cancellable:
+        return _cancellable(rt, op, keys, [list(b) for b in buffers], out)
+    return _staged(rt, op, keys, buffers, sizes, out)
+
+
+def _inner_op(rt: ResilientTransport, op: str) -> Callable[..., list[bool]]:
+    return rt._inner.read if op == "read" else rt._inner.write
+
+
+def _take(rt: ResilientTransport, status: str, res: Any, n: int) -> list[bool] | None:
+    if status != _OK:
+        return None
+    if isinstance(res, list) and len(res) == n:
+        return [bool(x) for x in res]
+    rt._metrics.error("transport_contract")
+    return None
+
+
+def _direct(
+    rt: ResilientTransport, op: str, keys: list[str], buffers: list[list[tuple[int, int]]], out: list[bool]
+) -> bool:
+    fn = _inner_op(rt, op)
+    q = rt._quarantine if rt._transfer_s > 0 and not rt._owns else None
+    release: Callable[[], None] | None = None
+    if q is not None:
+        q.hold(buffers)
+        release = partial(q.release, buffers)
+    try:
+        status, res = rt._run(op, bind(fn, keys, buffers), rt._transfer_s, release)
+    except BaseException:
+        if q is not None:
+            q.release(buffers)
+        raise
+    if q is not None and status != _ABANDONED:
+        q.release(buffers)
+    got = _take(rt, status, res, len(keys))
+    if got is None:
+        return False
+    out[:] = got
+    return True
+
+
+def _cancellable(
+    rt: ResilientTransport, op: str, keys: list[str], buffers: list[list[tuple[int, int]]], out: list[bool]
+) -> bool:
+    fn = _inner_op(rt, op)
+    token = CancelToken()
+
+    def call() -> list[bool]:
+        return fn(keys, buffers, cancel=token)
+
+    def on_abandon() -> None:
+        token.cancel()  # returns once no guarded touch of caller memory is running
+        rt._metrics.count("cancelled_at_deadline")
+
+    status, res = rt._run(op, call, rt._transfer_s, None, on_abandon=on_abandon)
+    got = _take(rt, status, res, len(keys))
+    if got is None:
+        return False
+    out[:] = got
+    return True
+
+
+def chunk_bounds(sizes: list[int], chunk_bytes: int) -> list[tuple[int, int]]:
+    chunks: list[tuple[int, int]] = []
+    start, acc = 0, 0
+    for i, s in enumerate(sizes):
+        if i > start and acc + s > chunk_bytes:
+            chunks.append((start, i))
+            start, acc = i, 0
+        acc += s
+    chunks.append((start, len(sizes)))
+    return chunks
+
+
+def _staged(
+    rt: ResilientTransport,
+    op: str,
+    keys: list[str],
+    buffers: Sequence[Segments],
+    sizes: list[int],
+    out: list[bool],
+) -> bool:
+    fn = _inner_op(rt, op)
+    clock = rt._clock
+    deadline = clock() + rt._transfer_s
+    for a, b in chunk_bounds(sizes, rt._chunk_bytes):
+        left = deadline - clock()
+        if left <= 0:
+            rt._metrics.count(f"deadline_{op}")
+            rt._metrics.error("deadline")
+            return False
+        buf = rt._staging.acquire(sum(sizes[a:b]))
+        if buf is None:
+            rt._metrics.count("staging_exhausted")
+            rt._metrics.error("staging_exhausted")
+            return False
+        staged: list[list[tuple[int, int]]] = []
+        runs: list[tuple[int, int, int]] = []
+        off = buf.address
+        for i in range(a, b):
+            staged.append([(off, sizes[i])])
+            for addr, n in buffers[i]:
+                runs.append((off, addr, n) if op == "write" else (addr, off, n))
+                off += n
+        if op == "write":
+            copy_runs(runs)
+            rt._metrics.count("staging_copies_out", b - a)
+        try:
+            status, res = rt._run(op, bind(fn, keys[a:b], staged), left, _releaser(rt, buf))
+        except BaseException:
+            rt._staging.release(buf)
+            raise
+        if status == _ABANDONED:
+            return False  # staging is released by the late hook, when the I/O ends
+        try:
+            got = _take(rt, status, res, b - a)
+            if got is None:
+                return False
+            if op == "read":
+                if all(got):
+                    copy_runs(runs)
+                    rt._metrics.count("staging_copies_in", b - a)
+                elif any(got):
+                    _copy_good(rt, runs, buffers, a, b, got)
+            out[a:b] = got
+        finally:
+            rt._staging.release(buf)
+    return True
+
+
+def _copy_good(
+    rt: ResilientTransport,
+    runs: list[tuple[int, int, int]],
+    buffers: Sequence[Segments],
+    a: int,
+    b: int,
+    got: list[bool],
+) -> None:
+    """Copy only the objects that were read (a failed object's staging bytes are junk)."""
+    keep: list[tuple[int, int, int]] = []
+    pos = 0
+    for i, good in zip(range(a, b), got):
+        n = len(buffers[i])
+        if good:
+            keep.extend(runs[pos : pos + n])
+        pos += n
+    copy_runs(keep)
+    rt._metrics.count("staging_copies_in", sum(got))
+
+
+def _releaser(rt: ResilientTransport, buf: StagingBuffer) -> Callable[[], None]:
+    return lambda: rt._staging.release(buf)

@@ -1,0 +1,154 @@
+"""Per-page cost of our own layers (adapter + resilience) over a transport that does nothing.
+
+The transport returns success without touching memory, so what is measured is the SDK's own
+work per page: argument checks, key naming, headers, segment plumbing, the deadline runner and,
+when deadlines are on, the staging copy. 128 pages of 256 KiB per call (MHA ``page_first``
+bf16 host pool), checksums off, median of ``--reps`` calls, for every key scheme, inline
+(deadlines 0) and staged (the default deadline). Printed next to this machine's memcpy of one
+page (a contiguous 256 KiB ``torch`` copy, the limit a staged transfer pays once).
+
+Targets (issue 8): inline at most 2 µs per page under every key scheme; staged at most one
+memcpy plus 2 µs. Nothing is asserted: the figures go to ``docs/benchmarks.md``.
+
+    .venv/bin/python scripts/bench_hot_path.py [--reps 50] [--pages 128] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import hashlib
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import torch
+
+from hicache_sdk.capabilities import Capabilities
+from hicache_sdk.hostpool import MHAHostPool
+from hicache_sdk.paged.adapter import PagedStorage
+from hicache_sdk.paged.header import TRAILER_SIZE
+from hicache_sdk.spec import HiCacheStorageConfig
+from hicache_sdk.transport import SIZE_UNKNOWN, Segments, Transport
+
+PAGE_SIZE, LAYERS, HEADS, HEAD_DIM = 64, 8, 2, 64  # 256 KiB pages in bf16
+SCHEMES = ("default", "sglang-file", "sglang-mooncake")
+
+
+class NullTransport(Transport):
+    """Succeeds at everything and touches no page memory. Under a header scheme it keeps
+    each object's trailer (the last segment, 64 bytes) and gives it back on read, so that
+    reads validate as they would over a real store; payload bytes are never touched."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities(delete=True)
+
+    def __init__(self, config: Any = None) -> None:
+        self._trailers: dict[str, bytes] = {}
+
+    def exists(self, keys: Sequence[str]) -> list[int | None]:
+        return [SIZE_UNKNOWN] * len(keys)
+
+    def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        for k, segs in zip(keys, buffers):
+            t = self._trailers.get(k)
+            if t is not None:
+                ctypes.memmove(segs[-1][0], t, len(t))
+        return [True] * len(keys)
+
+    def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        for k, segs in zip(keys, buffers):
+            addr, n = segs[-1]
+            if n == TRAILER_SIZE:
+                self._trailers[k] = ctypes.string_at(addr, n)
+        return [True] * len(keys)
+
+    def delete(self, keys: Sequence[str]) -> None:
+        pass
+
+
+class NullStorage(PagedStorage):
+    transport_cls = NullTransport
+    backend_name: ClassVar[str] = "null"
+
+    def create_transport(self, config: Any) -> Transport:
+        return NullTransport(config)
+
+
+def median_us(fn: Callable[[int], object], reps: int) -> float:
+    fn(0)  # warm up: staging buffers, caches
+    times = []
+    for i in range(reps):
+        t0 = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def memcpy_us(page_bytes: int, reps: int) -> float:
+    src = torch.empty(page_bytes, dtype=torch.uint8).random_()
+    dst = torch.empty(page_bytes, dtype=torch.uint8)
+    dst.copy_(src)
+
+    def one(_: int) -> None:
+        for _k in range(16):
+            dst.copy_(src)
+
+    return median_us(one, reps) / 16
+
+
+def measure(scheme: str, staged: bool, pages: int, reps: int) -> dict[str, float]:
+    pool = MHAHostPool(pages * PAGE_SIZE, PAGE_SIZE, LAYERS, HEADS, HEAD_DIM, dtype=torch.bfloat16)
+    extra: dict[str, Any] = {"key_scheme": scheme, "checksum": False}
+    if not staged:
+        extra.update(exists_timeout_s=0, transfer_timeout_s=0)
+    sc = HiCacheStorageConfig(model_name="bench", extra_config=extra)
+    st = NullStorage(sc, {})
+    st.register_mem_pool_host(pool)
+    slots = torch.arange(pages * PAGE_SIZE, dtype=torch.int64)
+    keys = [[hashlib.sha256(f"{r}-{i}".encode()).hexdigest() for i in range(pages)] for r in range(reps + 1)]
+    try:
+        return {
+            "set_v1": median_us(lambda i: st.batch_set_v1(keys[i], slots), reps) / pages,
+            "get_v1": median_us(lambda i: st.batch_get_v1(keys[i], slots), reps) / pages,
+            "exists": median_us(lambda i: st.batch_exists(keys[i]), reps) / pages,
+        }
+    finally:
+        st.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--pages", type=int, default=128)
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    page_bytes = 2 * PAGE_SIZE * LAYERS * HEADS * HEAD_DIM * 2
+    copy = memcpy_us(page_bytes, args.reps)
+    rows = []
+    for staged in (False, True):
+        for scheme in SCHEMES:
+            r = measure(scheme, staged, args.pages, args.reps)
+            rows.append({"mode": "staged" if staged else "inline", "scheme": scheme, **r})
+    if args.json:
+        print(json.dumps({"page_bytes": page_bytes, "memcpy_us": copy, "rows": rows}, indent=1))
+        return
+    print(
+        f"{args.pages} pages x {page_bytes >> 10} KiB per call, median of {args.reps}; "
+        f"memcpy of one page: {copy:.1f} us ({page_bytes / copy / 1e3:.1f} GB/s)"
+    )
+    print("targets: inline <= 2 us/page; staged <= memcpy + 2 us/page (get/set)")
+    print(f"{'mode':7s} {'scheme':16s} {'get_v1':>9s} {'set_v1':>9s} {'exists':>9s}   (us per page)")
+    for r in rows:
+        over = ""
+        if r["mode"] == "staged":
+            over = f"   over memcpy: get {r['get_v1'] - copy:+.1f}, set {r['set_v1'] - copy:+.1f}"
+        print(
+            f"{r['mode']:7s} {r['scheme']:16s} {r['get_v1']:9.2f} {r['set_v1']:9.2f} {r['exists']:9.2f}{over}"
+        )
+
+
+if __name__ == "__main__":
+    main()

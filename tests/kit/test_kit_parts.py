@@ -1,0 +1,267 @@
+"""The transport kit's parts: failure reasons, segments and native copies, fan-out,
+the existence cache and cancel tokens."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+import pytest
+
+from hicache_sdk.errors import Cancelled
+from hicache_sdk.kit import CancelToken, FailureReasons, FanOut
+from hicache_sdk.kit import segments as seg
+from hicache_sdk.kit.existence import CachedExistence
+from hicache_sdk.memory_backend import MemoryTransport, drop_store
+
+
+def buf(data: bytes) -> ctypes.Array[ctypes.c_char]:
+    return ctypes.create_string_buffer(data, len(data))
+
+
+# -- failure reasons -----------------------------------------------------------------------
+
+
+def test_failure_reasons_count_forward_and_replay() -> None:
+    f = FailureReasons()
+    f.count("disk_full")
+    got: list[tuple[str, int]] = []
+    f.bind(lambda r, n: got.append((r, n)))
+    assert got == [("disk_full", 1)]  # replayed at bind
+    f.count("permission", 3)
+    assert got == [("disk_full", 1), ("permission", 3)]
+    assert f.snapshot() == {"disk_full": 1, "permission": 3}
+
+
+@pytest.mark.parametrize("bad", ["", "Disk Full", "a/b", "x" * 65, None, "path=/etc/passwd"])
+def test_failure_reason_must_be_a_token(bad: object) -> None:
+    with pytest.raises(ValueError, match="failure reason"):
+        FailureReasons().count(bad)  # type: ignore[arg-type]
+
+
+def test_transport_failures_reach_adapter_metrics_and_stats() -> None:
+    from hicache_sdk.memory_backend import MemoryStorage
+    from hicache_sdk.spec import HiCacheStorageConfig
+
+    s = MemoryStorage(HiCacheStorageConfig(extra_config={"store": "kit-fail"}), {})
+    try:
+        s.raw_transport.count_failure("disk_full", 2)
+        assert s.metrics.errors()["disk_full"] == 2
+        assert s.transport.failures is s.raw_transport.failures
+    finally:
+        s.close()
+        drop_store("kit-fail")
+
+
+# -- segments --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_gather_scatter_copy_runs(native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if native and not seg.NATIVE:
+        pytest.skip("hicache_sdk._native was not compiled")
+    if not native:
+        monkeypatch.setattr(seg, "_native", None)
+    a, b = buf(b"hello "), buf(b"world")
+    pieces = [(ctypes.addressof(a), 6), (ctypes.addressof(b), 5)]
+    dst = buf(b"\0" * 11)
+    assert seg.gather(pieces, ctypes.addressof(dst)) == 11
+    assert dst.raw == b"hello world"
+    src = buf(b"HELLO WORLD")
+    assert seg.scatter(ctypes.addressof(src), pieces) == 11
+    assert a.raw == b"HELLO " and b.raw == b"WORLD"
+    # adjacent runs are merged into one copy; the result is the same bytes
+    x, y = buf(b"0123456789"), buf(b"\0" * 10)
+    xa, ya = ctypes.addressof(x), ctypes.addressof(y)
+    assert seg.copy_runs([(ya, xa, 4), (ya + 4, xa + 4, 6)]) == 10
+    assert y.raw == b"0123456789"
+    with pytest.raises(ValueError):
+        seg.copy_runs([(0, xa, 4)])
+
+
+def test_native_copy_checks_every_entry_before_copying() -> None:
+    if not seg.NATIVE:
+        pytest.skip("hicache_sdk._native was not compiled")
+    x, y = buf(b"abcd"), buf(b"\0\0\0\0")
+    with pytest.raises(ValueError, match="entry 1"):
+        seg.copy_runs([(ctypes.addressof(y), ctypes.addressof(x), 4), (1, 2)])  # type: ignore[list-item]
+    assert y.raw == b"\0\0\0\0"
+
+
+def test_native_copy_releases_the_gil() -> None:
+    """Another thread keeps running while one large copy is in progress."""
+    if not seg.NATIVE:
+        pytest.skip("hicache_sdk._native was not compiled")
+    n = 256 << 20
+    src, dst = ctypes.create_string_buffer(n), ctypes.create_string_buffer(n)
+    ticks = [0]
+    done = threading.Event()
+
+    def spin() -> None:
+        while not done.is_set():
+            ticks[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.01)
+    before = ticks[0]
+    seg.copy_runs([(ctypes.addressof(dst), ctypes.addressof(src), n)] * 4)
+    during = ticks[0] - before
+    done.set()
+    t.join()
+    assert during > 1000  # with the GIL held for the copies the spinner would stall
+
+
+def test_memoryviews_share_memory_and_coalesce() -> None:
+    a = buf(b"abcdef")
+    base = ctypes.addressof(a)
+    views = seg.memoryviews([(base, 2), (base + 2, 0), (base + 2, 4)])
+    assert [bytes(v) for v in views] == [b"ab", b"cdef"]
+    views[1][0] = ord("X")
+    assert a.raw == b"abXdef"
+    assert seg.coalesce([(base, 2), (base + 2, 0), (base + 2, 4), (base + 100, 1)]) == [
+        (base, 6),
+        (base + 100, 1),
+    ]
+    assert seg.total_bytes([(base, 2), (base + 2, 4)]) == 6
+
+
+# -- fan-out ---------------------------------------------------------------------------------
+
+
+def test_fanout_keeps_order_and_bounds_concurrency() -> None:
+    f = FanOut(3)
+    live, peak = [0], [0]
+    lock = threading.Lock()
+
+    def work(x: int) -> int:
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        time.sleep(0.002)
+        with lock:
+            live[0] -= 1
+        return x * x
+
+    assert f.map(work, list(range(30))) == [x * x for x in range(30)]
+    assert peak[0] == 3
+    f.close()
+    assert f.map(work, [2, 3]) == [4, 9]  # after close: in the calling thread
+
+
+def test_fanout_raises_after_every_part_ended() -> None:
+    f = FanOut(2)
+    ended: list[int] = []
+
+    def work(x: int) -> int:
+        if x == 0:
+            raise RuntimeError("boom")
+        time.sleep(0.05)
+        ended.append(x)
+        return x
+
+    with pytest.raises(RuntimeError, match="boom"):
+        f.map(work, [0, 1])
+    assert ended == [1]  # the other part finished before the error surfaced
+    f.close()
+    with pytest.raises(ValueError, match="workers"):
+        FanOut(0)
+
+
+# -- existence cache -------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_cached_existence_remembers_hits_only_and_invalidates() -> None:
+    inner = MemoryTransport("kit-cache")
+    clock = Clock()
+    c = CachedExistence(inner, 10.0, clock=clock)
+    calls: list[list[str]] = []
+    real = inner.exists
+
+    def spy(keys: list[str]) -> list[int | None]:
+        calls.append(list(keys))
+        return real(keys)
+
+    inner.exists = spy  # type: ignore[method-assign]
+    data = buf(b"abc")
+    assert c.write(["a"], [[(ctypes.addressof(data), 3)]]) == [True]
+    assert c.exists(["a", "b"]) == [3, None]
+    assert calls == [["b"]]  # "a" came from the write, "b" (a miss) went to the store
+    assert c.exists(["b"]) == [None] and calls[-1] == ["b"]  # misses are never cached
+    inner.delete(["a"])  # removed behind the cache's back: still reported (the documented price)
+    assert c.exists(["a"]) == [3]
+    out = buf(b"\0\0\0")
+    assert c.read(["a"], [[(ctypes.addressof(out), 3)]]) == [False]  # the read fails ...
+    assert c.exists(["a"]) == [None]  # ... and the entry is gone
+    assert c.write(["a"], [[(ctypes.addressof(data), 3)]]) == [True]
+    c.delete(["a"])
+    assert c.exists(["a"]) == [None]
+    assert c.write(["p/x"], [[(ctypes.addressof(data), 3)]]) == [True]
+    c.clear("p/")
+    assert c.exists(["p/x"]) == [None]
+    assert c.write(["t"], [[(ctypes.addressof(data), 3)]]) == [True]
+    n = len(calls)
+    clock.t = 10.5  # expired
+    assert c.exists(["t"]) == [3] and len(calls) == n + 1
+    c.close()
+    drop_store("kit-cache")
+
+
+def test_cached_existence_through_the_adapter_config() -> None:
+    from hicache_sdk.memory_backend import MemoryStorage
+    from hicache_sdk.spec import HiCacheStorageConfig
+
+    s = MemoryStorage(HiCacheStorageConfig(extra_config={"store": "kit-c2", "exists_cache_ttl_s": -1}), {})
+    try:
+        assert isinstance(s.transport.inner, CachedExistence)  # type: ignore[attr-defined]
+        assert s.transport.inner.ttl_s == -1  # type: ignore[attr-defined]
+    finally:
+        s.close()
+        drop_store("kit-c2")
+    with pytest.raises(ValueError, match="ttl_s"):
+        CachedExistence(MemoryTransport("kit-c3"), 0)
+    drop_store("kit-c3")
+
+
+# -- cancel tokens ---------------------------------------------------------------------------
+
+
+def test_cancel_waits_for_the_guarded_section_and_blocks_later_ones() -> None:
+    tok = CancelToken()
+    inside, release, cancelled = threading.Event(), threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def worker() -> None:
+        with tok.guard():
+            inside.set()
+            release.wait(5)
+            order.append("touch")
+        cancelled.wait(5)
+        try:
+            with tok.guard():
+                order.append("never")
+        except Cancelled:
+            order.append("refused")
+
+    t = threading.Thread(target=worker)
+    t.start()
+    inside.wait(5)
+    canceller = threading.Thread(target=lambda: (tok.cancel(), order.append("cancelled"), cancelled.set()))
+    canceller.start()
+    time.sleep(0.05)
+    assert order == []  # cancel() is waiting for the guarded touch to end
+    release.set()
+    canceller.join(5)
+    t.join(5)
+    assert order == ["touch", "cancelled", "refused"] and tok.cancelled
+    with pytest.raises(Cancelled):
+        tok.check()
