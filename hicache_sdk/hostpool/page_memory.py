@@ -24,7 +24,7 @@ import torch
 
 from hicache_sdk.hostpool.layout import PoolLayout
 
-__all__ = ["flat_page_view", "has_page_segments", "page_segments", "pool_buffers"]
+__all__ = ["flat_page_view", "has_page_segments", "linear_plan", "page_segments", "pool_buffers"]
 
 
 def _logical_page_size(pool: Any) -> int:
@@ -127,6 +127,19 @@ def _plan(pool: Any) -> _Plan:
     with _plans_lock:
         _plans[pool] = plan
     return plan
+
+
+def linear_plan(pool: Any, layout: PoolLayout) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``(bases, strides)`` when segment ``j`` of every page ``p`` of ``pool`` lies at
+    ``bases[j] + p * strides[j]`` with ``layout.segment_sizes[j]`` bytes (the adapter's
+    column fast path computes a whole batch's addresses from them); ``None`` otherwise
+    (no buffer, no zero-copy meta, irregular meta, or sizes that no longer match)."""
+    if not layout.has_buffer:
+        return None
+    plan = _plan(pool)
+    if not (plan.supported and plan.linear) or plan.sizes != layout.segment_sizes:
+        return None
+    return plan.bases, plan.strides
 
 
 def has_page_segments(pool: Any) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -56,6 +57,23 @@ class KeyScheme(ABC):
     def clear_prefix(self) -> str:
         """The object-name prefix that ``clear()`` may remove: this scheme's namespace
         (``""`` means every object of the transport, as SGLang's file backend does)."""
+
+    def page_columns(
+        self, page_hashes: Sequence[str], pool: PoolLayout
+    ) -> list[tuple[list[str], tuple[int, ...]]] | None:
+        """Fast path of :meth:`page_objects` for a batch, column by column: for each
+        object a page of ``pool`` is stored as (the same for every page), the names of that
+        object for every page and the page segments it holds. Must equal calling
+        :meth:`page_objects` page by page (same names, same segments, same ``ValueError``
+        for a bad hash). ``[]`` for a logical pool. ``None`` (the default unless the
+        scheme has ``page_names``): no fast path, the adapter goes page by page."""
+        fast = getattr(self, "page_names", None)
+        if fast is None:
+            return None
+        names: list[str] = fast(page_hashes, pool)
+        if not pool.has_buffer:
+            return []
+        return [(names, tuple(pool.flat_order))]
 
     def identity(self, pool: PoolLayout) -> bytes:
         """Bytes the default scheme's page header carries to reject foreign pages

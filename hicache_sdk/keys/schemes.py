@@ -458,6 +458,26 @@ class SGLangMooncakeKeyScheme(_SGLangNamedScheme):
                 return self._kv_mha(tagged, pool, "_swa")
         raise ValueError(f"Unsupported Mooncake hybrid pool name: {pool.name!r} (kind {pool.kind!r})")
 
+    def page_columns(
+        self, page_hashes: Sequence[str], pool: PoolLayout
+    ) -> list[tuple[list[str], tuple[int, ...]]] | None:
+        """Fast path of :meth:`page_objects` (see the base class): every name is
+        ``[prefix_]<hash><suffix>`` with one suffix per object, so the suffixes come from
+        one page's objects and the names from one f-string per object."""
+        if not _all_plain(page_hashes):
+            for h in page_hashes:
+                check_plain_fragment(h, "page_hash")
+        if not page_hashes:
+            return []
+        first = page_hashes[0]
+        tagged = f"{self.config_prefix}_{first}" if self.config_prefix else first
+        pre = f"{self.config_prefix}_" if self.config_prefix else ""
+        out = []
+        for spec in self.page_objects(first, pool):
+            suffix = spec.name[len(tagged) :]
+            out.append(([f"{pre}{h}{suffix}" for h in page_hashes], spec.segments))
+        return out
+
     def _mamba(self, tagged: str, pool: PoolLayout) -> list[ObjectSpec]:
         mha = self._mha(pool)
         geometry = dict(pool.geometry)

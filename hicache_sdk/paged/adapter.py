@@ -55,6 +55,7 @@ from ..spec import (
     pool_name_str,
 )
 from ..transport import Segment, Transport
+from .columns import build_columns, exists_columns, read_columns, write_columns
 from .header import digest
 from .legacy import LegacyPathMixin, new_flat_page
 from .objects import ObjectEngine, ObjectIO
@@ -122,6 +123,7 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
             inner = CachedExistence(inner, ttl)
         self.transport: Transport = wrap_transport(inner, self.config, self.metrics)
         self._registered_memory: set[tuple[int, int]] = set()
+        self._max_segments = max(1, int(self.transport.max_segments))
         self._engine = ObjectEngine(self.transport, self.metrics, checksum=bool(self.config.checksum))
         self._lock = threading.Lock()
         self._kv: PoolState | None = None
@@ -334,12 +336,10 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         size (one transport call). A wrong-sized object is missing and gets deleted."""
         kv = self._require_kv_bytes("batch_exists")
         keys = check_keys(keys)
-        names = kv.page_names(self.scheme, keys)
+        cols = build_columns(kv, self.scheme, keys, None)
         t0 = time.perf_counter()
-        if names is not None:  # one object per page: no per-page objects at all
-            per_key = (
-                [False] * len(names) if self._closed else self._engine.exists_uniform(names, kv.object_size)
-            )
+        if cols is not None:  # the column fast path: no per-page objects at all
+            per_key = exists_columns(self._engine, cols, self._closed)
         else:
             objs, owners = self._page_objects_nomem(kv, keys)
             per_key = self._fold(len(keys), owners, self._exists(objs))
@@ -415,6 +415,12 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         kv = self._require_kv_bytes("batch_get_v1")
         keys = check_keys(keys)
         starts = host_page_starts(kv, host_indices, len(keys), "host_indices")
+        cols = build_columns(kv, self.scheme, keys, starts, max_segments=self._max_segments)
+        if cols is not None:
+            t0 = time.perf_counter()
+            results = [False] * len(keys) if self._closed else read_columns(self._engine, cols)
+            self._record("get_v1", kv, results, t0)
+            return results
         objs, owners, finish = self._page_objects(kv, keys, starts, write=False)
         t0 = time.perf_counter()
         results = self._fold(len(keys), owners, self._read(objs))
@@ -437,6 +443,20 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         starts = host_page_starts(kv, host_indices, len(keys), "host_indices")
         if not self._may_write(kv):
             return [True] * len(keys)
+        cols = build_columns(
+            kv,
+            self.scheme,
+            keys,
+            starts,
+            write=True,
+            checksum=self._engine.checksum,
+            max_segments=self._max_segments,
+        )
+        if cols is not None:
+            t0 = time.perf_counter()
+            results = [False] * len(keys) if self._closed else write_columns(self._engine, cols)
+            self._record("set_v1", kv, results, t0)
+            return results
         objs, owners, _ = self._page_objects(kv, keys, starts, write=True)
         t0 = time.perf_counter()
         results = self._fold(len(keys), owners, self._write(objs))

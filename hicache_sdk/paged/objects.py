@@ -25,13 +25,13 @@ Rules:
 
 from __future__ import annotations
 
-import ctypes
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..kit.segments import coalesce, gather, scatter
 from ..resilience.metrics import Metrics
 from ..transport import SIZE_UNKNOWN, Segment, Transport, TransportError
 from .header import PAGE_DIGEST_AT, TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
@@ -39,19 +39,6 @@ from .header import PAGE_DIGEST_AT, TRAILER_SIZE, HeaderError, PageHeader, crc32
 __all__ = ["ObjectEngine", "ObjectIO", "coalesce"]
 
 log = logging.getLogger(__name__)
-
-
-def coalesce(segments: Sequence[Segment]) -> list[Segment]:
-    """Merge adjacent ``(address, nbytes)`` pieces (``a+n == next a``); drop empty ones."""
-    out: list[Segment] = []
-    for address, nbytes in segments:
-        if nbytes <= 0:
-            continue
-        if out and out[-1][0] + out[-1][1] == address:
-            out[-1] = (out[-1][0], out[-1][1] + nbytes)
-        else:
-            out.append((address, nbytes))
-    return out
 
 
 @dataclass(frozen=True)
@@ -128,26 +115,30 @@ class ObjectEngine:
     def exists(self, objects: Sequence[ObjectIO]) -> list[bool]:
         """Per object: present with the expected size (or a size the transport cannot
         tell cheaply). An object of the wrong size is missing and is deleted."""
-        if not objects:
+        return self.exists_named([o.name for o in objects], [o.object_size for o in objects])
+
+    def exists_named(self, names: Sequence[str], sizes: Sequence[int]) -> list[bool]:
+        """:meth:`exists` by name and expected stored size (a repeated name is asked once)."""
+        if not names:
             return []
-        names = list(dict.fromkeys(o.name for o in objects))
+        unique = list(dict.fromkeys(names))
         try:
-            sizes = self.transport.exists(names)
-            if len(sizes) != len(names):
+            found = self.transport.exists(unique)
+            if len(found) != len(unique):
                 raise TransportError("exists returned a wrong number of answers", "protocol")
         except Exception as e:
             self._failed("exists", e)
-            return [False] * len(objects)
-        by_name = dict(zip(names, sizes))
+            return [False] * len(names)
+        by_name = dict(zip(unique, found))
         out: list[bool] = []
         bad: list[str] = []
-        for o in objects:
-            size = by_name[o.name]
+        for name, want in zip(names, sizes):
+            size = by_name[name]
             if size is None:
                 out.append(False)
-            elif size != SIZE_UNKNOWN and size != o.object_size:
+            elif size != SIZE_UNKNOWN and size != want:
                 out.append(False)
-                bad.append(o.name)
+                bad.append(name)
             else:
                 out.append(True)
         self.delete_corrupt(bad)
@@ -251,10 +242,7 @@ class ObjectEngine:
 
     @staticmethod
     def _scatter(stage: np.ndarray, offset: int, segments: Sequence[Segment]) -> None:
-        src = _addr(stage) + offset
-        for address, nbytes in segments:
-            ctypes.memmove(address, src, nbytes)
-            src += nbytes
+        scatter(_addr(stage) + offset, segments)
 
     # -- write -----------------------------------------------------------------------
     def write(self, objects: Sequence[ObjectIO]) -> list[bool]:
@@ -277,10 +265,7 @@ class ObjectEngine:
             extra = 1 if hdr is not None else 0
             if len(payload) + extra > limit:
                 stage = np.empty(o.object_size, dtype=np.uint8)
-                dst = _addr(stage)
-                for address, nbytes in payload:
-                    ctypes.memmove(dst, address, nbytes)
-                    dst += nbytes
+                gather(payload, _addr(stage))
                 if hdr is not None:
                     stage[o.payload_len :] = np.frombuffer(hdr, dtype=np.uint8)
                 keep.append(stage)

@@ -60,7 +60,7 @@ def segment_sizes(name: str, buffers: Sequence[Segments]) -> list[int]:
 def bind(
     fn: Callable[[Sequence[str], Sequence[Segments]], list[bool]],
     keys: list[str],
-    bufs: list[list[tuple[int, int]]],
+    bufs: Sequence[Segments],
 ) -> Callable[[], list[bool]]:
     return lambda: fn(keys, bufs)
 

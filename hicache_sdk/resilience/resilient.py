@@ -23,26 +23,8 @@ Behaviour, per call:
    ``exists`` is asked in chunks of at most :data:`EXISTS_CHUNK` keys on one worker: at
    the deadline the chunks answered so far stand (a long query yields its answered prefix,
    not all-or-nothing) and the rest are absent; the worker stops before the next chunk.
-3. **Memory safety** (an abandoned I/O never touches memory someone else may use):
-
-   * ``caller_owns_memory=True`` (inside SGLang: the host pool is the caller's and its slots
-     are reused as soon as we return): a read goes into SDK-owned staging and is copied
-     into the caller's segments only when it completed in time (counted per object as
-     ``staging_copies_in``); a write is snapshotted into staging *before* it is submitted
-     (``staging_copies_out``), so an abandoned write can only ever publish the snapshot.
-     Staging is released only when the I/O ends (``late_completions`` counts abandoned
-     calls that ended). Large batches are split into chunks of at most a quarter of
-     ``staging_bytes`` (so four caller threads can progress together), run one after another
-     under the one deadline (read from the injected ``clock``; no chunk starts after it).
-     No staging left: remaining objects miss (``staging_exhausted``).
-   * a transport that declares ``cancellable`` gets the caller's segments directly with a
-     :class:`~hicache_sdk.kit.cancel.CancelToken`, cancelled at the deadline
-     (``cancelled_at_deadline``): no staging copy, and no touch of the caller's memory after
-     the cancel returns.
-   * ``caller_owns_memory=False`` (the SDK owns the pool): no staging; the caller's segments
-     go straight to the transport, and a :class:`Quarantine` hook is told to ``hold`` them
-     before the I/O starts and to ``release`` them when it ends (late, if abandoned).
-
+3. **Memory safety**: an abandoned I/O never touches memory someone else may use (staging,
+   quarantine or cancellation; see :mod:`.transfers`).
 4. **Errors** become misses plus ``metrics.error(reason)`` (``TransportError.reason`` or
    the exception class name). ``ValueError`` (bad arguments) propagates, both from this
    wrapper's argument checks and from the transport.
@@ -65,10 +47,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ..errors import TransportError
 from ..transport import Segments, Transport
 from .breaker import CircuitBreaker
 from .deadline import Call, DeadlineRunner
+from .existence import EXISTS_CHUNK, exists_chunked
 from .inject import FailureInjector
 from .metrics import Metrics
 from .protocols import (
@@ -82,9 +64,6 @@ from .staging import StagingPool
 from .transfers import run_transfer
 
 __all__ = ["EXISTS_CHUNK", "Quarantine", "ResilienceConfig", "ResilientTransport"]
-
-#: The most keys one ``exists`` call of the transport is asked at a time.
-EXISTS_CHUNK = 4096
 
 T = TypeVar("T")
 
@@ -307,12 +286,6 @@ class ResilientTransport(Transport):
     def _record(self, op: str, t0: float, pages: int, nbytes: int, ok: bool) -> None:
         self._metrics.record(op, pages=pages, nbytes=nbytes, seconds=time.perf_counter() - t0, ok=ok)
 
-    @staticmethod
-    def _check_bools(res: object, n: int) -> list[bool] | None:
-        if isinstance(res, list) and len(res) == n:
-            return [bool(x) for x in res]
-        return None
-
     # -- Transport ------------------------------------------------------------------
 
     def exists(self, keys: Sequence[str]) -> list[int | None]:
@@ -338,46 +311,13 @@ class ResilientTransport(Transport):
             self._metrics.count("breaker_rejected")
             self._refuse("exists_breaker_open")
         else:
-            ok = self._exists_chunked(list(keys), out)
+            ok = exists_chunked(self, list(keys), out)
             if probe and not self._probe_health:
                 (self._breaker.record_success if ok else self._breaker.record_failure)()
             self._record("t_exists", t0, n - out.count(None), 0, ok)
             return out
         self._record("t_exists", t0, 0, 0, False)
         return out
-
-    def _exists_chunked(self, keys: list[str], out: list[int | None]) -> bool:
-        """Ask the transport chunk by chunk on one worker; fill ``out`` with what was
-        answered by the deadline. True when every chunk was answered."""
-        n = len(keys)
-        inner, parts, lock = self._inner, [], threading.Lock()
-        stop = [False]
-
-        def job() -> bool:
-            for a in range(0, n, EXISTS_CHUNK):
-                part = inner.exists(keys[a : a + EXISTS_CHUNK])
-                if not isinstance(part, list) or len(part) != min(EXISTS_CHUNK, n - a):
-                    raise TransportError("exists returned a wrong number of answers", "transport_contract")
-                with lock:
-                    if stop[0]:
-                        return False
-                    parts.append(part)
-            return True
-
-        def on_abandon() -> None:
-            with lock:
-                stop[0] = True
-
-        status, _ = self._run(
-            "exists", job, self._exists_s, None, on_abandon=on_abandon, breaker=self._exists_breaker
-        )
-        pos = 0
-        with lock:
-            stop[0] = True
-            for part in parts:
-                out[pos : pos + len(part)] = part
-                pos += len(part)
-        return status == _OK
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """See :meth:`Transport.read`; misses on refusal, failure, deadline or no staging."""
@@ -392,7 +332,14 @@ class ResilientTransport(Transport):
     def _transfer(self, op: str, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         if len(keys) != len(buffers):
             raise ValueError(f"buffers: expected {len(keys)} entries (one per key), got {len(buffers)}")
-        sizes = segment_sizes("buffers", buffers)
+        return self.transfer_sized(op, list(keys), buffers, segment_sizes("buffers", buffers))
+
+    def transfer_sized(
+        self, op: str, keys: list[str], buffers: Sequence[Segments], sizes: list[int]
+    ) -> list[bool]:
+        """:meth:`read` (``op="read"``) or :meth:`write` for a caller that built the batch
+        itself and knows each object's total size (the adapter): no re-validation of the
+        segments. ``keys`` and ``buffers`` are not modified."""
         n = len(keys)
         if n == 0:
             return []
@@ -401,8 +348,11 @@ class ResilientTransport(Transport):
         if not self._admit():
             self._record(f"t_{op}", t0, 0, 0, False)
             return out
-        ok = run_transfer(self, op, list(keys), buffers, sizes, out)
-        self._record(f"t_{op}", t0, sum(out), sum(s for s, o in zip(sizes, out) if o), ok)
+        ok = run_transfer(self, op, keys, buffers, sizes, out)
+        if all(out):
+            self._record(f"t_{op}", t0, n, sum(sizes), ok)
+        else:
+            self._record(f"t_{op}", t0, sum(out), sum(s for s, o in zip(sizes, out) if o), ok)
         return out
 
     def delete(self, keys: Sequence[str]) -> None:

@@ -207,23 +207,3 @@ class StagingPool:
     def _usage_locked(self) -> None:
         if self._on_usage is not None:
             self._on_usage(sum(b.nbytes for b in self._busy), self._reserved)
-
-
-def copy_segments_to(dst: int, segments: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> int:
-    """Gather ``segments`` into contiguous memory at ``dst``; returns the bytes copied."""
-    off = 0
-    for addr, n in segments:
-        if n:
-            ctypes.memmove(dst + off, addr, n)
-        off += n
-    return off
-
-
-def copy_segments_from(src: int, segments: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> int:
-    """Scatter contiguous memory at ``src`` into ``segments``; returns the bytes copied."""
-    off = 0
-    for addr, n in segments:
-        if n:
-            ctypes.memmove(addr, src + off, n)
-        off += n
-    return off

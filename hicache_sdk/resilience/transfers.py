@@ -13,6 +13,26 @@ One of four, per call (see the module docs of :mod:`.resilient` for the rules):
   under one deadline read from the injected clock (a chunk never starts after it). Copies
   between staging and the caller's segments are one native call per chunk
   (:func:`hicache_sdk.kit.segments.copy_runs`, GIL released).
+
+The rules in full (``caller_owns_memory`` is a ``ResilientTransport`` argument):
+
+* ``caller_owns_memory=True`` (inside SGLang: the host pool is the caller's and its slots
+  are reused as soon as we return): a read goes into SDK-owned staging and is copied
+  into the caller's segments only when it completed in time (counted per object as
+  ``staging_copies_in``); a write is snapshotted into staging *before* it is submitted
+  (``staging_copies_out``), so an abandoned write can only ever publish the snapshot.
+  Staging is released only when the I/O ends (``late_completions`` counts abandoned
+  calls that ended). Large batches are split into chunks of at most a quarter of
+  ``staging_bytes`` (so four caller threads can progress together), run one after another
+  under the one deadline (read from the injected ``clock``; no chunk starts after it).
+  No staging left: remaining objects miss (``staging_exhausted``).
+* a transport that declares ``cancellable`` gets the caller's segments directly with a
+  :class:`~hicache_sdk.kit.cancel.CancelToken`, cancelled at the deadline
+  (``cancelled_at_deadline``): no staging copy, and no touch of the caller's memory after
+  the cancel returns.
+* ``caller_owns_memory=False`` (the SDK owns the pool): no staging; the caller's segments
+  go straight to the transport, and a :class:`Quarantine` hook is told to ``hold`` them
+  before the I/O starts and to ``release`` them when it ends (late, if abandoned).
 """
 
 from __future__ import annotations
@@ -46,9 +66,9 @@ def run_transfer(
     """Move one admitted batch by the path the wrapper's settings select; fills ``out``.
     Returns whether the transport answered (False: refused / failed / past the deadline)."""
     if rt._transfer_s <= 0 or not rt._owns:
-        return _direct(rt, op, keys, [list(b) for b in buffers], out)
+        return _direct(rt, op, keys, buffers, out)
     if rt._inner.cancellable:
-        return _cancellable(rt, op, keys, [list(b) for b in buffers], out)
+        return _cancellable(rt, op, keys, buffers, out)
     return _staged(rt, op, keys, buffers, sizes, out)
 
 
@@ -66,7 +86,7 @@ def _take(rt: ResilientTransport, status: str, res: Any, n: int) -> list[bool] |
 
 
 def _direct(
-    rt: ResilientTransport, op: str, keys: list[str], buffers: list[list[tuple[int, int]]], out: list[bool]
+    rt: ResilientTransport, op: str, keys: list[str], buffers: Sequence[Segments], out: list[bool]
 ) -> bool:
     fn = _inner_op(rt, op)
     q = rt._quarantine if rt._transfer_s > 0 and not rt._owns else None
@@ -90,7 +110,7 @@ def _direct(
 
 
 def _cancellable(
-    rt: ResilientTransport, op: str, keys: list[str], buffers: list[list[tuple[int, int]]], out: list[bool]
+    rt: ResilientTransport, op: str, keys: list[str], buffers: Sequence[Segments], out: list[bool]
 ) -> bool:
     fn = _inner_op(rt, op)
     token = CancelToken()

@@ -195,7 +195,7 @@ class MooncakeTransport(Transport):
                     del self._registered[address]
                     raise TransportError(f"register_buffer failed (rc={rc})", reason="register")
 
-    def unregister_memory(self, address: int) -> None:
+    def unregister_memory(self, address: int, nbytes: int = 0) -> None:
         with self._lock:
             if self._registered.pop(address, None) is not None and self._store is not None:
                 self._store.unregister_buffer(address)

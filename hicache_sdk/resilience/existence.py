@@ -1,0 +1,57 @@
+"""Existence queries in bounded chunks, for :class:`~.resilient.ResilientTransport`.
+
+A query of many keys is asked :data:`EXISTS_CHUNK` keys at a time, one chunk after another
+on one worker, under the one exists deadline. At the deadline the chunks answered so far
+stand (their keys keep their answers, the rest are absent) and the worker stops before the
+next chunk: a huge query yields its answered prefix instead of nothing, and never occupies
+a worker long after its caller left.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from ..errors import TransportError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .resilient import ResilientTransport
+
+__all__ = ["EXISTS_CHUNK", "exists_chunked"]
+
+#: The most keys one ``exists`` call of the transport is asked at a time.
+EXISTS_CHUNK = 4096
+
+
+def exists_chunked(rt: ResilientTransport, keys: list[str], out: list[int | None]) -> bool:
+    """Fill ``out`` with what the transport answered by the deadline (exists breaker);
+    True when every chunk was answered."""
+    n = len(keys)
+    inner = rt.inner
+    parts: list[list[int | None]] = []
+    lock = threading.Lock()
+    stop = [False]
+
+    def job() -> bool:
+        for a in range(0, n, EXISTS_CHUNK):
+            part = inner.exists(keys[a : a + EXISTS_CHUNK])
+            if not isinstance(part, list) or len(part) != min(EXISTS_CHUNK, n - a):
+                raise TransportError("exists returned a wrong number of answers", "transport_contract")
+            with lock:
+                if stop[0]:
+                    return False
+                parts.append(part)
+        return True
+
+    def on_abandon() -> None:
+        with lock:
+            stop[0] = True
+
+    status, _ = rt._run("exists", job, rt._exists_s, None, on_abandon=on_abandon, breaker=rt.exists_breaker)
+    pos = 0
+    with lock:
+        stop[0] = True
+        for part in parts:
+            out[pos : pos + len(part)] = part
+            pos += len(part)
+    return status == "ok"
