@@ -39,6 +39,11 @@ Values crossing the boundary:
   calls ``hicache_sdk.resilience.inject.set_inside_sglang(True)`` (when it exists) before
   building the inner backend, so they are not applied twice.
 
+Checks (:mod:`hicache_sdk.sglang_checks`): ``extra_config["interface_v1"]`` is set from
+what the inner backend implements (SGLang reads it from that dict after constructing us);
+``on_host_pools_registered`` refuses host layouts the bridge cannot serve; ``close()``
+closes the inner backend once.
+
 Configuration: the inner backend sees ``extra_config`` without the loader keys
 (``backend_name``, ``module_path``, ``class_name``, ``interface_v1``, ``backend``,
 ``backend_config``); any other top-level key (e.g. SGLang's injected
@@ -53,11 +58,13 @@ import importlib
 import importlib.util
 import logging
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, MutableMapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, List, Optional
 
 from .config import LOADER_KEYS
+from .sglang_checks import implements_v1, unservable_pool
 from .spec import (
     HiCacheStorage,
     HiCacheStorageExtraInfo,
@@ -220,7 +227,32 @@ class HiCacheSDKStorage(_Base):
         inner_config.extra_config = {k: v for k, v in extra.items() if k not in LOADER_KEYS}
         self.backend_name = name
         self.storage_config = storage_config
+        self._close_lock = threading.Lock()
+        self._closed = False
         self.inner: HiCacheStorage = create_backend(name, inner_config, {**backend_config, **(kwargs or {})})
+        self.interface_v1 = self._choose_interface_v1(extra)
+
+    def _choose_interface_v1(self, extra: Mapping[str, Any]) -> bool:
+        """Set ``extra_config["interface_v1"]`` (SGLang reads it from this very dict after
+        constructing us) from what the inner backend implements: a backend without
+        ``batch_get_v1``/``batch_set_v1`` gets the generic path even when the flags asked for
+        v1 (else SGLang would call the ABC default and count every page as a miss); a v1
+        backend gets v1 unless the flags turned it off explicitly (a falsy value)."""
+        has_v1 = implements_v1(self.inner)
+        requested = extra.get("interface_v1")
+        chosen = has_v1 if requested is None else (has_v1 and bool(requested))
+        if requested is not None and bool(requested) and not has_v1:
+            log.warning(
+                "backend %r (%s) does not implement batch_get_v1/batch_set_v1: interface_v1 turned "
+                "off, SGLang uses the generic batch_get/batch_set path",
+                self.backend_name,
+                type(self.inner).__name__,
+            )
+        if isinstance(extra, MutableMapping):
+            extra["interface_v1"] = 1 if chosen else 0
+        elif bool(requested) != chosen:
+            log.warning("extra_config is read-only: cannot set interface_v1=%d for SGLang", int(chosen))
+        return chosen
 
     # -- anything else the inner backend offers (duck-typed extras) ------------------------
     def __getattr__(self, attr: str) -> Any:
@@ -240,12 +272,27 @@ class HiCacheSDKStorage(_Base):
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         """Forward one named host pool (SGLang's ``PoolName`` or a str)."""
         self.inner.register_mem_host_pool_v2(host_pool, host_pool_name)
-        if not hasattr(self, "registered_pools"):
-            self.registered_pools: dict[Any, Any] = {}
-        self.registered_pools[host_pool_name] = host_pool
+        # the bridge's own dict (``hasattr`` would find the inner backend's through __getattr__)
+        pools: dict[Any, Any] = self.__dict__.setdefault("registered_pools", {})
+        pools[host_pool_name] = host_pool
 
     def on_host_pools_registered(self) -> None:
-        """Forwarded; an exception fails SGLang's attach."""
+        """Check every registered host pool, then forward; an exception fails SGLang's attach.
+
+        Raises ``ValueError`` naming the pool and the reason for a host layout the bridge
+        cannot serve (see :func:`hicache_sdk.sglang_checks.unservable_pool`: unified
+        page-envelope pools, ``page_unified``, ``page_first_kv_split``, ``page_head`` with a
+        head split) instead of attaching and then missing on every page."""
+        pools: list[tuple[str, Any]] = []
+        anchor = self.__dict__.get("mem_pool_host")
+        if anchor is not None:
+            pools.append(("kv", anchor))
+        for pool_name, pool in self.__dict__.get("registered_pools", {}).items():
+            pools.append((str(getattr(pool_name, "value", pool_name)), pool))
+        for pool_name, pool in pools:
+            why = unservable_pool(pool, pool_name, self.storage_config)
+            if why is not None:
+                raise ValueError(f"hicache-sdk bridge (backend {self.backend_name!r}): {why}")
         self.inner.on_host_pools_registered()
 
     # -- generic path ------------------------------------------------------------------------
@@ -344,7 +391,17 @@ class HiCacheSDKStorage(_Base):
         return _convert_dataclass(stats, _sglang_attr(SGLANG_METRICS_MODULE, "StorageMetrics"))
 
     def close(self) -> None:
-        """Close the inner backend (idempotent as far as the inner backend is)."""
-        close = getattr(self.inner, "close", None)
+        """Close the inner backend once: idempotent whatever the inner backend does (SGLang
+        closes on detach and again on a failed re-attach), and safe on a bridge whose
+        construction failed before the inner backend existed."""
+        lock = self.__dict__.get("_close_lock")
+        if lock is None:  # construction failed early: nothing to close
+            return
+        with lock:
+            if self._closed:
+                return
+            self._closed = True
+            inner = self.__dict__.get("inner")
+        close = getattr(inner, "close", None)
         if callable(close):
             close()
