@@ -21,6 +21,7 @@ from . import backends as _backends
 from . import check as _check
 from . import demo as _demo
 from . import ping as _ping
+from . import sglang_args as _sglang_args
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -45,6 +46,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("backends", _backends.HELP, _backends.add_arguments, _backends.run),
     Command("ping", _ping.HELP, _ping.add_arguments, _ping.run),
     Command("check", _check.HELP, _check.add_arguments, _check.run, passthrough=True),
+    Command("sglang-args", _sglang_args.HELP, _sglang_args.add_arguments, _sglang_args.run),
 )
 
 
