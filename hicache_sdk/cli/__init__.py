@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import backends as _backends
+from . import bench as _bench
 from . import check as _check
 from . import demo as _demo
 from . import ping as _ping
@@ -47,6 +48,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("ping", _ping.HELP, _ping.add_arguments, _ping.run),
     Command("check", _check.HELP, _check.add_arguments, _check.run, passthrough=True),
     Command("sglang-args", _sglang_args.HELP, _sglang_args.add_arguments, _sglang_args.run),
+    Command("bench", _bench.HELP, _bench.add_arguments, _bench.run, passthrough=True),
 )
 
 
