@@ -46,8 +46,9 @@ closes the inner backend once.
 
 Configuration: the inner backend sees ``extra_config`` without the loader keys
 (``backend_name``, ``module_path``, ``class_name``, ``interface_v1``, ``backend``,
-``backend_config``); any other top-level key (e.g. SGLang's injected
-``file_storage_path``) is kept, and ``backend_config`` is merged over it.
+``backend_config``) and the bridge's own ``metrics_port``/``metrics_addr`` (an optional
+Prometheus endpoint, :mod:`hicache_sdk.sglang_metrics`); any other top-level key (e.g.
+SGLang's injected ``file_storage_path``) is kept, and ``backend_config`` is merged over it.
 """
 
 from __future__ import annotations
@@ -59,12 +60,13 @@ import importlib.util
 import logging
 import sys
 import threading
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, List, Optional
 
 from .config import LOADER_KEYS
-from .sglang_checks import implements_v1, unservable_pool
+from .sglang_checks import choose_interface_v1, unservable_pool
+from .sglang_metrics import BRIDGE_KEYS, start_endpoint
 from .spec import (
     HiCacheStorage,
     HiCacheStorageExtraInfo,
@@ -224,35 +226,17 @@ class HiCacheSDKStorage(_Base):
         from .registry import create_backend
 
         inner_config = copy.copy(storage_config)
-        inner_config.extra_config = {k: v for k, v in extra.items() if k not in LOADER_KEYS}
+        inner_config.extra_config = {
+            k: v for k, v in extra.items() if k not in LOADER_KEYS and k not in BRIDGE_KEYS
+        }
         self.backend_name = name
         self.storage_config = storage_config
         self._close_lock = threading.Lock()
         self._closed = False
         self.inner: HiCacheStorage = create_backend(name, inner_config, {**backend_config, **(kwargs or {})})
-        self.interface_v1 = self._choose_interface_v1(extra)
-
-    def _choose_interface_v1(self, extra: Mapping[str, Any]) -> bool:
-        """Set ``extra_config["interface_v1"]`` (SGLang reads it from this very dict after
-        constructing us) from what the inner backend implements: a backend without
-        ``batch_get_v1``/``batch_set_v1`` gets the generic path even when the flags asked for
-        v1 (else SGLang would call the ABC default and count every page as a miss); a v1
-        backend gets v1 unless the flags turned it off explicitly (a falsy value)."""
-        has_v1 = implements_v1(self.inner)
-        requested = extra.get("interface_v1")
-        chosen = has_v1 if requested is None else (has_v1 and bool(requested))
-        if requested is not None and bool(requested) and not has_v1:
-            log.warning(
-                "backend %r (%s) does not implement batch_get_v1/batch_set_v1: interface_v1 turned "
-                "off, SGLang uses the generic batch_get/batch_set path",
-                self.backend_name,
-                type(self.inner).__name__,
-            )
-        if isinstance(extra, MutableMapping):
-            extra["interface_v1"] = 1 if chosen else 0
-        elif bool(requested) != chosen:
-            log.warning("extra_config is read-only: cannot set interface_v1=%d for SGLang", int(chosen))
-        return chosen
+        self.interface_v1 = choose_interface_v1(self.inner, name, extra)
+        self._metrics_endpoint = start_endpoint(self.inner, name, storage_config, extra)
+        self.metrics_url = self._metrics_endpoint.url if self._metrics_endpoint else None
 
     # -- anything else the inner backend offers (duck-typed extras) ------------------------
     def __getattr__(self, attr: str) -> Any:
@@ -402,6 +386,9 @@ class HiCacheSDKStorage(_Base):
                 return
             self._closed = True
             inner = self.__dict__.get("inner")
+            endpoint = self.__dict__.get("_metrics_endpoint")
+        if endpoint is not None:
+            endpoint.close()
         close = getattr(inner, "close", None)
         if callable(close):
             close()

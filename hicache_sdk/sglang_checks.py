@@ -22,11 +22,15 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from .spec import HiCacheStorage
 
-__all__ = ["UNSERVABLE_LAYOUTS", "implements_v1", "unservable_pool"]
+__all__ = ["UNSERVABLE_LAYOUTS", "choose_interface_v1", "implements_v1", "unservable_pool"]
+
+log = logging.getLogger("hicache_sdk.sglang")
 
 SGLANG_STORAGE_MODULE = "sglang.srt.mem_cache.hicache_storage"
 
@@ -54,6 +58,30 @@ def implements_v1(backend: Any) -> bool:
     every page as a miss, as it does for any failure)."""
     cls = backend if isinstance(backend, type) else type(backend)
     return not (_is_abc_default(cls, "batch_get_v1") or _is_abc_default(cls, "batch_set_v1"))
+
+
+def choose_interface_v1(inner: Any, backend_name: str, extra: Mapping[str, Any]) -> bool:
+    """Set ``extra["interface_v1"]`` (SGLang reads it from this very dict after constructing
+    the bridge) from what ``inner`` implements, and return the choice: a backend without
+    ``batch_get_v1``/``batch_set_v1`` gets the generic path even when the flags asked for v1
+    (else SGLang would call the ABC's empty v1 defaults and count every page as a miss); a v1
+    backend gets v1 unless the flags turned it off explicitly (a falsy value). A read-only
+    ``extra`` is left alone (logged when that changes the outcome)."""
+    has_v1 = implements_v1(inner)
+    requested = extra.get("interface_v1")
+    chosen = has_v1 if requested is None else (has_v1 and bool(requested))
+    if requested is not None and bool(requested) and not has_v1:
+        log.warning(
+            "backend %r (%s) does not implement batch_get_v1/batch_set_v1: interface_v1 turned "
+            "off, SGLang uses the generic batch_get/batch_set path",
+            backend_name,
+            type(inner).__name__,
+        )
+    if isinstance(extra, MutableMapping):
+        extra["interface_v1"] = 1 if chosen else 0
+    elif bool(requested) != chosen:
+        log.warning("extra_config is read-only: cannot set interface_v1=%d for SGLang", int(chosen))
+    return chosen
 
 
 def unservable_pool(pool: Any, name: str, storage_config: Any) -> str | None:

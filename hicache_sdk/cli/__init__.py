@@ -23,6 +23,7 @@ from . import check as _check
 from . import demo as _demo
 from . import ping as _ping
 from . import sglang_args as _sglang_args
+from . import stats as _stats
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -49,6 +50,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("check", _check.HELP, _check.add_arguments, _check.run, passthrough=True),
     Command("sglang-args", _sglang_args.HELP, _sglang_args.add_arguments, _sglang_args.run),
     Command("bench", _bench.HELP, _bench.add_arguments, _bench.run, passthrough=True),
+    Command("stats", _stats.HELP, _stats.add_arguments, _stats.run),
 )
 
 
