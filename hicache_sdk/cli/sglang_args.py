@@ -57,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="where to write the extra config when it holds a secret (mode 0600; default ./hicache-sglang-NAME.json)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="add the bridge's Prometheus endpoint (rank r on PORT+r; needs hicache-sdk[prometheus])",
+    )
     parser.add_argument("--dist", default=None, help="pick the distribution providing NAME")
     parser.add_argument("--json", action="store_true", help="print {args, secret_file, secret_keys} as JSON")
 
@@ -93,7 +99,12 @@ def write_secret_file(path: Path, doc: dict[str, Any]) -> None:
 
 
 def build_args(
-    name: str, config: dict[str, Any], *, secret_file: str | None = None, dist: str | None = None
+    name: str,
+    config: dict[str, Any],
+    *,
+    secret_file: str | None = None,
+    dist: str | None = None,
+    metrics_port: int | None = None,
 ) -> dict[str, Any]:
     """The SGLang flags for backend ``name`` with ``config``: ``{"args": [...],
     "extra_config": {...} (secrets redacted to "***"), "secret_file": path or None,
@@ -110,6 +121,10 @@ def build_args(
         "interface_v1": 1 if implements_v1(cls) else 0,
         "backend": name,
     }
+    if metrics_port is not None:
+        if not 0 <= metrics_port <= 65535:
+            raise ValueError(f"--metrics-port must be 0..65535, got {metrics_port}")
+        extra["metrics_port"] = metrics_port
     if config:
         extra["backend_config"] = dict(config)
     secrets = secret_keys(config_cls, config)
@@ -134,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
     """Print the flags (``--json``: the whole result); exit 2 on a usage or config error."""
     try:
         config = parse_config_arg(args.config)
-        out = build_args(args.name, config, secret_file=args.secret_file, dist=args.dist)
+        out = build_args(
+            args.name, config, secret_file=args.secret_file, dist=args.dist, metrics_port=args.metrics_port
+        )
     except (HiCacheError, ValueError, TypeError, OSError) as e:
         print(f"hicache sglang-args: {e}", file=sys.stderr)
         return 2

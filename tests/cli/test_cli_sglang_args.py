@@ -153,3 +153,11 @@ def test_generic_only_backend_is_printed_with_interface_v1_off(capsys: pytest.Ca
         sys.path.pop(0)
     extra: Any = json.loads(_flags(capsys.readouterr().out)["--hicache-storage-backend-extra-config"])
     assert extra["interface_v1"] == 0 and extra["backend"] == name
+
+
+def test_metrics_port_is_a_top_level_bridge_key(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sglang-args", "memory", "--metrics-port", "9400"]) == 0
+    extra = json.loads(_flags(capsys.readouterr().out)["--hicache-storage-backend-extra-config"])
+    assert extra["metrics_port"] == 9400 and "backend_config" not in extra
+    assert main(["sglang-args", "memory", "--metrics-port", "70000"]) == 2
+    assert "--metrics-port must be 0..65535" in capsys.readouterr().err
