@@ -39,10 +39,16 @@ Values crossing the boundary:
   calls ``hicache_sdk.resilience.inject.set_inside_sglang(True)`` (when it exists) before
   building the inner backend, so they are not applied twice.
 
+Checks (:mod:`hicache_sdk.sglang_checks`): ``extra_config["interface_v1"]`` is set from
+what the inner backend implements (SGLang reads it from that dict after constructing us);
+``on_host_pools_registered`` refuses host layouts the bridge cannot serve; ``close()``
+closes the inner backend once.
+
 Configuration: the inner backend sees ``extra_config`` without the loader keys
 (``backend_name``, ``module_path``, ``class_name``, ``interface_v1``, ``backend``,
-``backend_config``); any other top-level key (e.g. SGLang's injected
-``file_storage_path``) is kept, and ``backend_config`` is merged over it.
+``backend_config``) and the bridge's own ``metrics_port``/``metrics_addr`` (an optional
+Prometheus endpoint, :mod:`hicache_sdk.sglang_metrics`); any other top-level key (e.g.
+SGLang's injected ``file_storage_path``) is kept, and ``backend_config`` is merged over it.
 """
 
 from __future__ import annotations
@@ -53,11 +59,14 @@ import importlib
 import importlib.util
 import logging
 import sys
+import threading
 from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, List, Optional
 
 from .config import LOADER_KEYS
+from .sglang_checks import choose_interface_v1, unservable_pool
+from .sglang_metrics import BRIDGE_KEYS, start_endpoint
 from .spec import (
     HiCacheStorage,
     HiCacheStorageExtraInfo,
@@ -217,10 +226,17 @@ class HiCacheSDKStorage(_Base):
         from .registry import create_backend
 
         inner_config = copy.copy(storage_config)
-        inner_config.extra_config = {k: v for k, v in extra.items() if k not in LOADER_KEYS}
+        inner_config.extra_config = {
+            k: v for k, v in extra.items() if k not in LOADER_KEYS and k not in BRIDGE_KEYS
+        }
         self.backend_name = name
         self.storage_config = storage_config
+        self._close_lock = threading.Lock()
+        self._closed = False
         self.inner: HiCacheStorage = create_backend(name, inner_config, {**backend_config, **(kwargs or {})})
+        self.interface_v1 = choose_interface_v1(self.inner, name, extra)
+        self._metrics_endpoint = start_endpoint(self.inner, name, storage_config, extra)
+        self.metrics_url = self._metrics_endpoint.url if self._metrics_endpoint else None
 
     # -- anything else the inner backend offers (duck-typed extras) ------------------------
     def __getattr__(self, attr: str) -> Any:
@@ -240,12 +256,27 @@ class HiCacheSDKStorage(_Base):
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         """Forward one named host pool (SGLang's ``PoolName`` or a str)."""
         self.inner.register_mem_host_pool_v2(host_pool, host_pool_name)
-        if not hasattr(self, "registered_pools"):
-            self.registered_pools: dict[Any, Any] = {}
-        self.registered_pools[host_pool_name] = host_pool
+        # the bridge's own dict (``hasattr`` would find the inner backend's through __getattr__)
+        pools: dict[Any, Any] = self.__dict__.setdefault("registered_pools", {})
+        pools[host_pool_name] = host_pool
 
     def on_host_pools_registered(self) -> None:
-        """Forwarded; an exception fails SGLang's attach."""
+        """Check every registered host pool, then forward; an exception fails SGLang's attach.
+
+        Raises ``ValueError`` naming the pool and the reason for a host layout the bridge
+        cannot serve (see :func:`hicache_sdk.sglang_checks.unservable_pool`: unified
+        page-envelope pools, ``page_unified``, ``page_first_kv_split``, ``page_head`` with a
+        head split) instead of attaching and then missing on every page."""
+        pools: list[tuple[str, Any]] = []
+        anchor = self.__dict__.get("mem_pool_host")
+        if anchor is not None:
+            pools.append(("kv", anchor))
+        for pool_name, pool in self.__dict__.get("registered_pools", {}).items():
+            pools.append((str(getattr(pool_name, "value", pool_name)), pool))
+        for pool_name, pool in pools:
+            why = unservable_pool(pool, pool_name, self.storage_config)
+            if why is not None:
+                raise ValueError(f"hicache-sdk bridge (backend {self.backend_name!r}): {why}")
         self.inner.on_host_pools_registered()
 
     # -- generic path ------------------------------------------------------------------------
@@ -344,7 +375,20 @@ class HiCacheSDKStorage(_Base):
         return _convert_dataclass(stats, _sglang_attr(SGLANG_METRICS_MODULE, "StorageMetrics"))
 
     def close(self) -> None:
-        """Close the inner backend (idempotent as far as the inner backend is)."""
-        close = getattr(self.inner, "close", None)
+        """Close the inner backend once: idempotent whatever the inner backend does (SGLang
+        closes on detach and again on a failed re-attach), and safe on a bridge whose
+        construction failed before the inner backend existed."""
+        lock = self.__dict__.get("_close_lock")
+        if lock is None:  # construction failed early: nothing to close
+            return
+        with lock:
+            if self._closed:
+                return
+            self._closed = True
+            inner = self.__dict__.get("inner")
+            endpoint = self.__dict__.get("_metrics_endpoint")
+        if endpoint is not None:
+            endpoint.close()
+        close = getattr(inner, "close", None)
         if callable(close):
             close()

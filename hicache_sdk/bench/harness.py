@@ -17,6 +17,9 @@ rep 1: raw, limit, ours; ...); warm-up repetitions use the same rotation and are
 recorded. ``setup`` (e.g. drop the page cache) runs before *every* timed or warm-up call
 and is not timed.
 
+Latency percentiles (``p50_s``, ``p90_s``, ``p99_s`` per label) are over the timed samples,
+linearly interpolated between closest ranks (with few repeats, ``p99`` is close to the max).
+
 Ratios: ``"<first>/<other>"`` for the first-added label against each other label, as the
 ratio of median *times* (``ours/raw == 1.25`` means ours takes 25 % longer). Throughput is
 ``nbytes / median_s / 1e9`` GB/s (``0.0`` when ``nbytes`` is 0).
@@ -30,15 +33,33 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["SCHEMA", "BenchResult", "Harness", "write_result"]
+__all__ = ["PERCENTILES", "SCHEMA", "BenchResult", "Harness", "percentile", "write_result"]
 
 #: The schema tag of :meth:`BenchResult.to_json`.
 SCHEMA = "hicache-bench/1"
+
+
+#: The latency percentiles every result carries (``p50_s`` ...).
+PERCENTILES: tuple[int, ...] = (50, 90, 99)
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of ``samples``, linearly interpolated between
+    closest ranks (numpy's default). ``ValueError`` for no samples or ``q`` outside 0..100."""
+    if not samples:
+        raise ValueError("percentile of no samples")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be within 0..100, got {q!r}")
+    s = sorted(samples)
+    pos = (len(s) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 @dataclass(frozen=True)
@@ -71,6 +92,10 @@ class BenchResult:
         med = self.medians()
         return {k: (self.nbytes[k] / med[k] / 1e9 if med[k] > 0 and self.nbytes[k] else 0.0) for k in med}
 
+    def percentiles(self) -> dict[str, dict[str, float]]:
+        """``{label: {"p50_s": .., "p90_s": .., "p99_s": ..}}`` over the timed samples."""
+        return {k: {f"p{q}_s": percentile(v, q) for q in PERCENTILES} for k, v in self.samples.items()}
+
     def ratio(self, a: str, b: str) -> float:
         """``median(a) / median(b)``; ``inf`` when ``b``'s median is 0 and ``a``'s is not.
         Unknown labels raise ``KeyError``."""
@@ -91,6 +116,7 @@ class BenchResult:
         """The fixed ``hicache-bench/1`` document."""
         med = self.medians()
         gbps = self.throughput()
+        pct = self.percentiles()
         return {
             "schema": SCHEMA,
             "name": self.name,
@@ -109,6 +135,7 @@ class BenchResult:
                     "samples_s": list(v),
                     "nbytes": self.nbytes[k],
                     "gbps": gbps[k],
+                    **pct[k],
                 }
                 for k, v in self.samples.items()
             },

@@ -18,9 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import backends as _backends
+from . import bench as _bench
 from . import check as _check
 from . import demo as _demo
 from . import ping as _ping
+from . import sglang_args as _sglang_args
+from . import stats as _stats
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -45,6 +48,9 @@ COMMANDS: tuple[Command, ...] = (
     Command("backends", _backends.HELP, _backends.add_arguments, _backends.run),
     Command("ping", _ping.HELP, _ping.add_arguments, _ping.run),
     Command("check", _check.HELP, _check.add_arguments, _check.run, passthrough=True),
+    Command("sglang-args", _sglang_args.HELP, _sglang_args.add_arguments, _sglang_args.run),
+    Command("bench", _bench.HELP, _bench.add_arguments, _bench.run, passthrough=True),
+    Command("stats", _stats.HELP, _stats.add_arguments, _stats.run),
 )
 
 

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hicache_sdk.bench import SCHEMA, BenchResult, Harness, write_result
+from hicache_sdk.bench.harness import percentile
 
 
 class StepTimer:
@@ -86,10 +87,23 @@ def test_json_schema_is_fixed() -> None:
     assert set(doc["machine"]) == {"cpus", "python", "platform"} and doc["machine"]["cpus"] >= 1
     assert set(doc["results"]) == {"ours", "raw"}
     r = doc["results"]["ours"]
-    assert set(r) == {"median_s", "min_s", "max_s", "samples_s", "nbytes", "gbps"}
+    assert set(r) == {"median_s", "min_s", "max_s", "samples_s", "nbytes", "gbps", "p50_s", "p90_s", "p99_s"}
     assert (r["median_s"], r["min_s"], r["max_s"], r["samples_s"], r["nbytes"]) == (2, 1, 3, [1, 2, 3], 1000)
     assert doc["ratios"] == {"ours/raw": 1.0}
+    assert (r["p50_s"], r["p90_s"], r["p99_s"]) == (2, 2.8, pytest.approx(2.98))
     json.dumps(doc)  # serialisable
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    samples = [float(x) for x in range(1, 101)]  # 1..100, shuffled order does not matter
+    assert percentile(samples[::-1], 50) == pytest.approx(50.5)
+    assert percentile(samples, 90) == pytest.approx(90.1)
+    assert percentile(samples, 99) == pytest.approx(99.01)
+    assert percentile([7.0], 99) == 7.0
+    with pytest.raises(ValueError, match="no samples"):
+        percentile([], 50)
+    with pytest.raises(ValueError, match=r"within 0\.\.100"):
+        percentile([1.0], 101)
 
 
 def test_write_result_json_list_and_jsonl(tmp_path: Path) -> None:
