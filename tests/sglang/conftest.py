@@ -39,6 +39,7 @@ collect_ignore = (
         "test_sglang_file_interop.py",
         "test_sglang_merge.py",
         "test_sglang_conformance.py",
+        "test_sglang_mooncake_interop.py",
     ]
 )
 
