@@ -25,13 +25,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ClientKey", "acquire", "release", "register", "unregister", "MAX_IDLE"]
+__all__ = ["ClientKey", "key_of", "acquire", "release", "register", "unregister", "MAX_IDLE"]
 
 #: Idle shared clients kept for reuse (each costs a 16 MiB transfer buffer and a heartbeat).
 MAX_IDLE = 2
 
 #: (master, metadata server, protocol, device, local hostname, local buffer bytes, tenant).
 ClientKey = tuple[str, str, str, str, str, int, str]
+
+
+def key_of(config: Any) -> ClientKey:
+    """The sharing key of a ``MooncakeConfig``: every setting ``setup`` takes but the segment."""
+    c = config
+    return (
+        c.master_server_address,
+        c.metadata_server,
+        c.protocol,
+        c.device_name,
+        c.local_hostname,
+        c.buffer_bytes,
+        c.tenant_id,
+    )
 
 
 @dataclass
@@ -94,7 +108,8 @@ def release(key: ClientKey, store: Any) -> None:
 
 
 def register(key: ClientKey, store: Any, address: int, nbytes: int) -> int:
-    """``register_buffer`` once per address on the shared client; returns its rc."""
+    """``register_buffer`` once per address on the shared client (directly on a client
+    that is not the shared one of ``key``); returns its rc."""
     with _lock:
         e = _clients.get(key)
         if e is None or e.store is not store:

@@ -110,15 +110,7 @@ class MooncakeTransport(Transport):
         self._setup_error: str | None = None
         # A pure client (no segment) is shared within the process (see ``clients``).
         self._shared = self._segment_bytes == 0
-        self._key: clients.ClientKey = (
-            config.master_server_address,
-            config.metadata_server,
-            config.protocol,
-            config.device_name,
-            config.local_hostname,
-            config.buffer_bytes,
-            config.tenant_id,
-        )
+        self._key = clients.key_of(config)
         if self._probe(config.probe_timeout_s):
             self._setup()
         else:
@@ -161,22 +153,11 @@ class MooncakeTransport(Transport):
         with self._lock:
             if not self._closed:
                 for addr, n in self._registered.items():
-                    self._register(store, addr, n)
+                    clients.register(self._key, store, addr, n)
                 self._store = store
                 return True
         self._drop(store)
         return True
-
-    def _register(self, store: Any, address: int, nbytes: int) -> int:
-        if self._shared:
-            return clients.register(self._key, store, address, nbytes)
-        return int(store.register_buffer(address, nbytes))
-
-    def _unregister(self, store: Any, address: int) -> None:
-        if self._shared:
-            clients.unregister(self._key, store, address)
-        else:
-            store.unregister_buffer(address)
 
     def _drop(self, store: Any) -> None:
         """Give the client up: back to the shared cache, or closed (own segment)."""
@@ -216,7 +197,7 @@ class MooncakeTransport(Transport):
     def _teardown(self) -> None:  # under self._lock, no call running
         store, self._store = self._store, None
         for addr in list(self._registered):
-            self._unregister(store, addr)
+            clients.unregister(self._key, store, addr)
         self._registered.clear()
         self._drop(store)
 
@@ -232,7 +213,7 @@ class MooncakeTransport(Transport):
             self._registered[address] = nbytes
             store = self._store
             if store is not None:
-                rc = self._register(store, address, nbytes)
+                rc = clients.register(self._key, store, address, nbytes)
                 if rc != 0:
                     del self._registered[address]
                     raise TransportError(f"register_buffer failed (rc={rc})", reason="register")
@@ -240,7 +221,7 @@ class MooncakeTransport(Transport):
     def unregister_memory(self, address: int) -> None:
         with self._lock:
             if self._registered.pop(address, None) is not None and self._store is not None:
-                self._unregister(self._store, address)
+                clients.unregister(self._key, self._store, address)
 
     # -- helpers -----------------------------------------------------------------------
     def _suspect(self, key: str) -> bool:
