@@ -40,6 +40,7 @@ collect_ignore = (
         "test_sglang_merge.py",
         "test_sglang_conformance.py",
         "test_sglang_bridge_layouts.py",
+        "test_sglang_mooncake_interop.py",
     ]
 )
 

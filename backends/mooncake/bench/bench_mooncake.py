@@ -3,19 +3,30 @@
 same object keys (``sglang-mooncake``: K and V per page), measured in one run.
 
 Starts its own master and holder process on free loopback ports (``--in-process``: no
-holder, the client holds the segment). Prints GB/s and ratios ours/raw, staged (deadlines
-on, the default) and direct (``transfer_timeout_s: 0``). Best of ``--repeats``.
+holder, the client holds the segment). Variants run interleaved (``hicache_sdk.bench``
+Harness: rotated order per repetition, medians), so load on the shared machine hits them
+alike. Prints median ms and ratios raw/ours (1.0 = as fast as raw), staged (deadlines on,
+the default) and direct (``transfer_timeout_s: 0``), and the time of one memcpy of the
+batch (what staging adds, unless it overlaps the transfer). For ``exists`` it also times the
+layers between raw and ours on the same object names: our transport alone, and the
+resilience layer over it (deadline runner thread hop), so the rest is the paged adapter.
 
-    .venv/bin/python backends/mooncake/bench/bench_mooncake.py [--in-process]
+    .venv/bin/python backends/mooncake/bench/bench_mooncake.py [--in-process] [--json FILE]
+
+``--sglang`` adds SGLang 0.5.23's own ``MooncakeStore`` (no deadline of its own) on the same
+pool and names; it needs the real SGLang, i.e. the ``tox -e sglang`` environment::
+
+    .tox/sglang/bin/python backends/mooncake/bench/bench_mooncake.py --sglang
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import sys
-import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -26,19 +37,52 @@ from _servers import MooncakeCluster
 from hicache_backend_mooncake import MooncakeStorage
 
 from hicache_sdk import HiCacheStorageConfig
+from hicache_sdk.bench import BenchResult, Harness, write_result
 from hicache_sdk.hostpool import MHAHostPool
 
 TOKENS = 64
 
 
-def best(fn: Callable[[], None], before: Callable[[], None], repeats: int) -> float:
-    out = float("inf")
-    for _ in range(repeats):
-        before()
-        t0 = time.perf_counter()
-        fn()
-        out = min(out, time.perf_counter() - t0)
-    return out
+def report(res: BenchResult, op: str, total: int, json_path: str | None) -> None:
+    med = res.medians()
+    line = f"  {op:7s} raw {med['raw'] * 1e3:8.3f} ms"
+    for k in res.labels[1:]:
+        if k == "memcpy":  # the machine's cost of the one staging copy, not a variant
+            line += f" | memcpy {med[k] * 1e3:7.3f} ms"
+            continue
+        line += f" | {k} {med[k] * 1e3:8.3f} ms ratio {med['raw'] / med[k]:.2f}"
+    if total:
+        line += f" | raw {total / med['raw'] / 1e9:.2f} GB/s"
+    print(line)
+    if json_path:
+        write_result(res, json_path)
+
+
+def sglang_store(extra: dict[str, object], pool: MHAHostPool) -> Any:
+    """SGLang 0.5.23's MooncakeStore on ``pool`` (GPU-only imports stood in)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests", "sglang"))
+    import sglang_standins
+
+    sglang_standins.install()
+    from sglang.srt.mem_cache import hicache_storage as sgl
+    from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import MooncakeStore
+
+    cfg = sgl.HiCacheStorageConfig(
+        tp_rank=0,
+        tp_size=1,
+        pp_rank=0,
+        pp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_mla_model=False,
+        enable_storage_metrics=False,
+        is_page_first_layout=True,
+        model_name="bench",
+        extra_config=extra,
+    )
+    store = MooncakeStore(cfg, pool)
+    store.register_mem_pool_host(pool)
+    return store
 
 
 def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: int) -> None:
@@ -58,53 +102,66 @@ def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: in
     st = MooncakeStorage(HiCacheStorageConfig(model_name="bench", extra_config=extra), {})
     st.register_mem_pool_host(pool)
     raw = st.raw_transport._store  # type: ignore[attr-defined]
+    resilient = st.transport
+    theirs = sglang_store(extra, pool) if args.sglang else None
 
-    def mode(m: str) -> Callable[[], None]:
+    def mode(m: str, fn: Callable[[], object]) -> Callable[[], object]:
         # the same backend object, staged (deadline 5 s) or direct (transfer_timeout_s 0)
-        def f() -> None:
-            st.transport._transfer_s = 5.0 if m == "staged" else 0.0  # type: ignore[attr-defined]
+        def f() -> object:
+            resilient._transfer_s = 5.0 if m == "staged" else 0.0  # type: ignore[attr-defined]
+            return fn()
 
         return f
 
-    stores = {"staged": mode("staged"), "direct": mode("direct")}
     ptrs, sizes = pool.get_page_buffer_meta(idx)  # type: ignore[misc]
     okeys = [f"bench_{k}_0_{kv}" for k in keys for kv in ("k", "v")]
     total = sum(sizes)
+    params = {"pages": n, "page_kib": page_kib, "in_process": args.in_process}
+
+    scratch = torch.empty(total, dtype=torch.uint8)
+    src_addr, dst_addr = pool.kv_buffer.data_ptr(), scratch.data_ptr()
+
+    def memcpy() -> None:  # one single-threaded copy of the batch: what staging adds
+        ctypes.memmove(dst_addr, src_addr, total)
 
     def wipe() -> None:
         raw.batch_remove(okeys, True)
 
-    def fill() -> None:
-        if raw.batch_is_exist(okeys) != [1] * len(okeys):
-            assert raw.batch_put_from(okeys, ptrs, sizes) == [0] * len(okeys)
-
-    def nothing() -> None:
-        pass
-
-    res: dict[str, float] = {}
     r = args.repeats
-    res["raw_put"] = best(lambda: raw.batch_put_from(okeys, ptrs, sizes), wipe, r)
-    for m, use in stores.items():
-        use()
-        res[f"{m}_set"] = best(lambda: st.batch_set_v1(keys, idx), wipe, r)
-    fill()
+    h = Harness("mooncake-set", params)
+    h.add("raw", lambda: raw.batch_put_from(okeys, ptrs, sizes), nbytes=total)
+    h.add("staged", mode("staged", lambda: st.batch_set_v1(keys, idx)), nbytes=total)
+    h.add("direct", mode("direct", lambda: st.batch_set_v1(keys, idx)), nbytes=total)
+    if theirs is not None:
+        h.add("sglang", lambda: theirs.batch_set_v1(keys, idx), nbytes=total)
+    h.add("memcpy", memcpy, nbytes=total)
+    set_res = h.run(repeats=r, warmup=1, setup=wipe)
+    assert raw.batch_put_from(okeys, ptrs, sizes) == [0] * len(okeys)
     assert st.batch_exists(keys) == n, "object names differ from SGLang's"
-    res["raw_get"] = best(lambda: raw.batch_get_into(okeys, ptrs, sizes), nothing, r)
-    res["raw_exists"] = best(lambda: raw.batch_is_exist(okeys), nothing, r)
-    for m, use in stores.items():
-        use()
-        res[f"{m}_get"] = best(lambda: st.batch_get_v1(keys, idx), nothing, r)
-        res[f"{m}_exists"] = best(lambda: st.batch_exists(keys), nothing, r)
+
+    h = Harness("mooncake-get", params)
+    h.add("raw", lambda: raw.batch_get_into(okeys, ptrs, sizes), nbytes=total)
+    h.add("staged", mode("staged", lambda: st.batch_get_v1(keys, idx)), nbytes=total)
+    h.add("direct", mode("direct", lambda: st.batch_get_v1(keys, idx)), nbytes=total)
+    if theirs is not None:
+        h.add("sglang", lambda: theirs.batch_get_v1(keys, idx), nbytes=total)
+    h.add("memcpy", memcpy, nbytes=total)
+    get_res = h.run(repeats=r, warmup=1)
+
+    h = Harness("mooncake-exists", params)
+    h.add("raw", lambda: raw.batch_is_exist(okeys))
+    h.add("transport", lambda: st.raw_transport.exists(okeys))
+    h.add("resilient", lambda: resilient.exists(okeys))
+    h.add("ours", lambda: st.batch_exists(keys))
+    if theirs is not None:
+        h.add("sglang", lambda: theirs.batch_exists(keys))
+    ex_res = h.run(repeats=r * args.exists_factor, warmup=5)
+
     where = "in-process segment" if args.in_process else "holder in another process"
-    print(f"\n{n} pages x {page_kib} KiB ({where}), {total / 2**20:.0f} MiB per batch, best of {r}")
-    for op, raw_key in (("get", "raw_get"), ("set", "raw_put"), ("exists", "raw_exists")):
-        line = f"  {op:7s} raw {res[raw_key] * 1e3:8.2f} ms"
-        for m in stores:
-            t = res[f"{m}_{op}"]
-            line += f" | {m} {t * 1e3:8.2f} ms ratio {res[raw_key] / t:.2f}"
-        if op != "exists":
-            line += f" | raw {total / res[raw_key] / 1e9:.2f} GB/s"
-        print(line)
+    print(f"\n{n} pages x {page_kib} KiB ({where}), {total / 2**20:.0f} MiB per batch, median of {r}")
+    report(get_res, "get", total, args.json)
+    report(set_res, "set", total, args.json)
+    report(ex_res, "exists", 0, args.json)
     assert st.batch_get_v1(keys, idx) == [True] * n
     wipe()
     st.close()
@@ -113,9 +170,12 @@ def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: in
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--in-process", action="store_true")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--exists-factor", type=int, default=10, help="exists repetitions = repeats * this")
     ap.add_argument("--pages-256k", type=int, default=128)
     ap.add_argument("--pages-8m", type=int, default=8)
+    ap.add_argument("--sglang", action="store_true", help="add SGLang's MooncakeStore (tox -e sglang env)")
+    ap.add_argument("--json", default=None, help="append hicache-bench/1 documents to this file")
     args = ap.parse_args()
     c = MooncakeCluster(holder_bytes=384 << 20)
     try:

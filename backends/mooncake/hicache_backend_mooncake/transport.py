@@ -17,7 +17,9 @@
   ``probe_timeout_s``); with the master away, ``setup`` runs on a background thread once
   ``/health`` answers, and every call until then raises ``TransportError("connection")``.
 * :meth:`close` never tears the store down under a running native call: the last call to
-  finish closes it.
+  finish gives the client up. A pure client (no segment) goes back to the process-wide
+  cache of :mod:`.clients` (Mooncake's own close stalls the GIL about 1 s); a client
+  holding a segment is closed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 from hicache_sdk import SIZE_UNKNOWN, Capabilities, Segments, Transport, TransportError
 
+from . import clients
 from .config import MooncakeConfig
 
 __all__ = ["MooncakeTransport", "SUSPECT_S"]
@@ -105,6 +108,9 @@ class MooncakeTransport(Transport):
         self._registered: dict[int, int] = {}
         self._suspects: dict[str, float] = {}
         self._setup_error: str | None = None
+        # A pure client (no segment) is shared within the process (see ``clients``).
+        self._shared = self._segment_bytes == 0
+        self._key = clients.key_of(config)
         if self._probe(config.probe_timeout_s):
             self._setup()
         else:
@@ -118,9 +124,12 @@ class MooncakeTransport(Transport):
         except Exception:
             return False
 
-    def _setup(self) -> bool:
+    def _new_store(self) -> Any:
+        """A set-up client, or ``None`` (the reason in ``_setup_error``)."""
         c = self._cfg
         store = self._cls()
+        # SGLang passes tenant_id only when it is not the default (older wheels lack it).
+        extra = {"tenant_id": c.tenant_id} if c.tenant_id != "default" else {}
         rc = store.setup(
             c.local_hostname,
             c.metadata_server,
@@ -129,19 +138,33 @@ class MooncakeTransport(Transport):
             c.protocol,
             c.device_name,
             c.master_server_address,
+            **extra,
         )
         if rc != 0:
             self._setup_error = f"setup returned {rc}"
             log.warning("mooncake setup against %s failed (rc=%s)", c.master_server_address, rc)
+            return None
+        return store
+
+    def _setup(self) -> bool:
+        store = clients.acquire(self._key, self._new_store) if self._shared else self._new_store()
+        if store is None:
             return False
         with self._lock:
-            if self._closed:
-                store.close()
+            if not self._closed:
+                for addr, n in self._registered.items():
+                    clients.register(self._key, store, addr, n)
+                self._store = store
                 return True
-            for addr, n in self._registered.items():
-                store.register_buffer(addr, n)
-            self._store = store
+        self._drop(store)
         return True
+
+    def _drop(self, store: Any) -> None:
+        """Give the client up: back to the shared cache, or closed (own segment)."""
+        if self._shared:
+            clients.release(self._key, store)
+        else:
+            store.close()
 
     def _setup_when_up(self) -> None:
         while not self._closed:
@@ -174,9 +197,9 @@ class MooncakeTransport(Transport):
     def _teardown(self) -> None:  # under self._lock, no call running
         store, self._store = self._store, None
         for addr in list(self._registered):
-            store.unregister_buffer(addr)
+            clients.unregister(self._key, store, addr)
         self._registered.clear()
-        store.close()
+        self._drop(store)
 
     # -- memory registration -------------------------------------------------------------
     def register_memory(self, address: int, nbytes: int) -> None:
@@ -190,7 +213,7 @@ class MooncakeTransport(Transport):
             self._registered[address] = nbytes
             store = self._store
             if store is not None:
-                rc = store.register_buffer(address, nbytes)
+                rc = clients.register(self._key, store, address, nbytes)
                 if rc != 0:
                     del self._registered[address]
                     raise TransportError(f"register_buffer failed (rc={rc})", reason="register")
@@ -198,7 +221,7 @@ class MooncakeTransport(Transport):
     def unregister_memory(self, address: int, nbytes: int = 0) -> None:
         with self._lock:
             if self._registered.pop(address, None) is not None and self._store is not None:
-                self._store.unregister_buffer(address)
+                clients.unregister(self._key, self._store, address)
 
     # -- helpers -----------------------------------------------------------------------
     def _suspect(self, key: str) -> bool:
@@ -229,14 +252,17 @@ class MooncakeTransport(Transport):
         holder is suspected dead (a recent TRANSFER_FAIL). All errors -> ``TransportError``."""
         if not keys:
             return []
+        keys = keys if isinstance(keys, list) else list(keys)
         store = self._enter()
         try:
-            codes = store.batch_is_exist(list(keys))
+            codes = store.batch_is_exist(keys)
         finally:
             self._leave()
-        if len(codes) != len(keys) or (codes and all(c < 0 for c in codes)):
+        if len(codes) != len(keys) or max(codes) < 0:
             raise TransportError("mooncake batch_is_exist failed", reason="connection")
-        return [SIZE_UNKNOWN if c == 1 and not self._suspect(k) else None for k, c in zip(keys, codes)]
+        if self._suspects:
+            return [SIZE_UNKNOWN if c == 1 and not self._suspect(k) else None for k, c in zip(keys, codes)]
+        return [SIZE_UNKNOWN if c == 1 else None for c in codes]
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """True only when the stored object's byte count equals the buffers' total.

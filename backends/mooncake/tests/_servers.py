@@ -48,6 +48,20 @@ class MooncakeCluster:
     holder_port: int = field(default_factory=free_port)
     master: subprocess.Popen[bytes] | None = None
     holder: subprocess.Popen[bytes] | None = None
+    _raw: Any = None
+
+    def raw_client(self) -> Any:
+        """A raw Mooncake client of this cluster (no segment), made on first use and
+        closed by :meth:`stop`: the out-of-band view of the tests."""
+        if self._raw is None:
+            from mooncake.store import MooncakeDistributedStore
+
+            s = MooncakeDistributedStore()
+            rc = s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 16 << 20, "tcp", "", self.address)
+            if rc != 0:
+                raise RuntimeError(f"raw mooncake client setup against {self.address} failed (rc={rc})")
+            self._raw = s
+        return self._raw
 
     @property
     def address(self) -> str:
@@ -147,5 +161,8 @@ class MooncakeCluster:
         return self
 
     def stop(self) -> None:
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
         self._kill(self.holder)
         self._kill(self.master, signal.SIGTERM)

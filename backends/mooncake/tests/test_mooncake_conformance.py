@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _mooncake_raw import MooncakeRawObjects
 from _servers import MooncakeCluster
 from hicache_backend_mooncake import MooncakeStorage
 from hicache_conformance import BackendSuite, TransportTests
@@ -36,19 +37,20 @@ class _OnSessionCluster:
 
 
 class TestMooncakeBackend(_OnSessionCluster, BackendSuite):
-    pass
+    @pytest.fixture
+    def raw_pages(self) -> MooncakeRawObjects:
+        """Out of band: a raw Mooncake client of the cluster (its own, not the backend's)
+        reading objects by name; the master's ``/get_all_keys`` lists them. (The suite's
+        default view goes through the transport, whose ``exists`` cannot tell sizes.)"""
+        c = _CLUSTER[0]
+        return MooncakeRawObjects(c.raw_client(), c.metrics_port)
 
 
 class TestMooncakeBackendSGLangMooncake(TestMooncakeBackend):
-    config = {"key_scheme": "sglang-mooncake"}
+    """SGLang's names; test namespaces are isolated by ``extra_backend_tag``, which SGLang
+    puts in front of every object name, so the raw view's names are relative to it."""
 
-    @pytest.fixture
-    def raw_pages(self) -> None:
-        """No out-of-band view here: this class isolates test namespaces with
-        ``extra_backend_tag``, which SGLang puts in front of every object name, so the suite's
-        raw-name checks (which expect the untagged names) do not apply. The names themselves
-        are SGLang's: the core key-scheme tests check them against the spec's vectors."""
-        return None
+    config = {"key_scheme": "sglang-mooncake"}
 
     def scheme_namespace(self, namespace: str) -> dict[str, Any]:
         return {"extra_backend_tag": namespace}
