@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from typing import Any
 
 import torch
@@ -107,6 +109,20 @@ class Flaky:
         self.fail_set = 0
         self.short_get = 0
         self.fail_side_get = 0  # next batch_get_v2 of trailing pools: all False
+        self.stall_calls = 0  # the next calls sleep stall_s first (past io_timeout_s: abandoned)
+        self.stall_get_calls = 0  # the same, counting only reads
+        self.stall_s = 0.0
+        self._stall_lock = threading.Lock()
+
+    def _stall(self, read: bool = False) -> None:
+        with self._stall_lock:
+            if read and self.stall_get_calls:
+                self.stall_get_calls -= 1
+            elif self.stall_calls:
+                self.stall_calls -= 1
+            else:
+                return
+        time.sleep(self.stall_s)
         self.short_derived_get: int | None = None  # KV-derived batch_get_v2: only this many pages
 
     def register_mem_pool_host(self, pool: Any) -> None:
@@ -122,6 +138,7 @@ class Flaky:
         return self.inner.batch_exists_v2(keys, pool_transfers)
 
     def batch_get_v2(self, transfers: list[Any], extra_info: Any = None) -> dict[str, list[bool]]:
+        self._stall(read=True)
         res = {k: list(v) for k, v in self.inner.batch_get_v2(transfers).items()}
         derived = any(t.indices_from_pool is not None for t in transfers)
         if derived and self.short_derived_get is not None:
@@ -135,12 +152,14 @@ class Flaky:
         return dict(self.inner.batch_set_v2(transfers))
 
     def batch_exists(self, keys: list[str], extra_info: Any = None) -> int:
+        self._stall()
         if self.fail_exists:
             self.fail_exists -= 1
             raise OSError("injected exists failure")
         return int(self.inner.batch_exists(keys))
 
     def batch_get_v1(self, keys: list[str], idx: torch.Tensor, extra_info: Any = None) -> list[bool]:
+        self._stall(read=True)
         if self.fail_get:
             self.fail_get -= 1
             raise OSError("injected get failure")
@@ -151,6 +170,7 @@ class Flaky:
         return res
 
     def batch_set_v1(self, keys: list[str], idx: torch.Tensor, extra_info: Any = None) -> list[bool]:
+        self._stall()
         if self.fail_set:
             self.fail_set -= 1
             raise OSError("injected set failure")
