@@ -178,3 +178,21 @@ def test_sidecar_spec_rejects_bad_arguments(kw: dict[str, object], msg: str) -> 
     args.update(kw)
     with pytest.raises(ValueError, match=msg):
         Sidecar(**args)  # type: ignore[arg-type]
+
+
+def test_partial_host_allocation_ends_on_a_restorable_endpoint() -> None:
+    """Host memory for 11 of 12 pages: the hit is trimmed to the agreed endpoint 8 (the Mamba
+    state at page 11 does not exist), not to the 11 pages allocated."""
+    store = new_store()
+    warm(_cfg(), store, TOKS[: 8 * PS], sidecars=("mamba",))
+    warm(_cfg(), store, TOKS, sidecars=("mamba",))  # states at pages 8 and 12
+    e = make_engine(_cfg(), store, sidecars=("mamba",), host_tokens=40)  # 44 slots: 11 pages
+    free = e.s.host.available_size()
+    e.submit("r", TOKS)
+    e.s.runner.run_all()  # type: ignore[attr-defined]
+    e.prefetcher.drain()
+    op = e.prefetcher.ongoing["r"]
+    assert op.endpoints == [8, 12] and op.hit_tokens == 8 * PS
+    assert e.s.host.available_size() == free - 8 * PS  # the 3 pages past the endpoint were freed
+    r = settle(e, "r")
+    assert r.storage_hit == 8 * PS and e.s.counters.snapshot()[Abort.SIDECAR_MISS.value] == 0
