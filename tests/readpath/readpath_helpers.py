@@ -111,12 +111,18 @@ class Flaky:
         self.fail_side_get = 0  # next batch_get_v2 of trailing pools: all False
         self.stall_calls = 0  # the next calls sleep stall_s first (past io_timeout_s: abandoned)
         self.stall_get_calls = 0  # the same, counting only reads
+        self.stall_every = 0  # when > 0: every stall_every-th read stalls
+        self._reads = 0
         self.stall_s = 0.0
         self._stall_lock = threading.Lock()
 
     def _stall(self, read: bool = False) -> None:
         with self._stall_lock:
-            if read and self.stall_get_calls:
+            if read:
+                self._reads += 1
+            if read and self.stall_every and self._reads % self.stall_every == 0:
+                pass
+            elif read and self.stall_get_calls:
                 self.stall_get_calls -= 1
             elif self.stall_calls:
                 self.stall_calls -= 1

@@ -49,8 +49,9 @@ class ReadPathMachine(RuleBasedStateMachine):
         write=st.sampled_from(["write_through", "write_through_selective", "write_back"]),
         lb=st.sampled_from([1, 10]),
         hybrid=st.sampled_from(HYBRIDS),
+        stall_every=st.sampled_from([2, 3]),
     )
-    def setup(self, policy: str, write: str, lb: int, hybrid: tuple[str, ...]) -> None:
+    def setup(self, policy: str, write: str, lb: int, hybrid: tuple[str, ...], stall_every: int) -> None:
         self.hybrid = hybrid
         real = {"io_timeout_s": 0.02, "prefetch_timeout_base": 0.05} if self.REAL else {}
         self.cfg = ReadPathConfig(
@@ -66,6 +67,8 @@ class ReadPathMachine(RuleBasedStateMachine):
         self.store = new_store()
         self.storage = Flaky(make_storage(self.store))
         self.storage.stall_s = 0.2
+        if self.REAL:  # every k-th read outlives io_timeout_s: abandoned while it still runs
+            self.storage.stall_every = stall_every
         extra: dict[str, Any] = {"runner": ThreadRunner(), "clock": MonotonicClock()} if self.REAL else {}
         self.e = make_engine(
             self.cfg,
@@ -80,10 +83,12 @@ class ReadPathMachine(RuleBasedStateMachine):
     def _tokens(self, sys_i: int, tail: int, length: int) -> list[int]:
         return SYSTEMS[sys_i] + [1000 + 37 * tail + j for j in range(length)]
 
-    @rule(sys_i=st.integers(0, 3), tail=st.integers(0, 3), length=st.integers(0, 40))
-    def submit(self, sys_i: int, tail: int, length: int) -> None:
+    @rule(sys_i=st.integers(0, 3), tail=st.integers(0, 3), length=st.integers(0, 40), cold=st.booleans())
+    def submit(self, sys_i: int, tail: int, length: int, cold: bool) -> None:
         if len(self.pending) >= 3:
             return
+        if cold:
+            self.evict_all()
         self.n += 1
         rid = f"r{self.n}"
         self.e.submit(rid, self._tokens(sys_i, tail, length))
@@ -146,6 +151,15 @@ class ReadPathMachine(RuleBasedStateMachine):
                 "side": "fail_side_get",
             }[kind]
             setattr(self.storage, attr, getattr(self.storage, attr) + 1)
+
+    @rule()
+    def evict_all(self) -> None:
+        """Device and host give up every unlocked page (a cold cache): later requests go to L3
+        (in real time, once the backups in flight are acknowledged, bounded by 1 s)."""
+        if self.REAL:
+            self.e.flush(1.0)
+        self.e.s.evict_device(self.e.s.dev.size)
+        self.e.s.evict_host(self.e.s.host.size)
 
     @rule(sys_i=st.integers(0, 3), tail=st.integers(0, 3), length=st.integers(0, 40))
     def peer_writes(self, sys_i: int, tail: int, length: int) -> None:
@@ -229,7 +243,7 @@ class ReadPathMachine(RuleBasedStateMachine):
         st_ = self.storage
         for attr in ("fail_exists", "fail_get", "fail_set", "short_get", "fail_side_get", "stall_calls"):
             setattr(st_, attr, 0)
-        st_.stall_get_calls = 0
+        st_.stall_get_calls = st_.stall_every = 0
         s.dev.fail_copies = 0
         try:
             for _ in range(400):
