@@ -7,7 +7,11 @@ in the backend's keys), never wrong bytes. KV is a deterministic function of (pr
 (:func:`hicache_sdk.readpath.page_kv`), and every served page is compared with it.
 
 Backend: the local-file backend in a temporary directory by default; ``--backend NAME
---config JSON`` for any installed one. Exit 0 when every check holds, 1 otherwise, 2 usage.
+--config JSON`` for any installed one. ``--hybrid`` adds a Mamba state pool (TRAILING,
+all-or-nothing) and an indexer pool (KV-derived, clamped) next to the KV, written before the
+KV and checked byte for byte like it. ``--io-timeout`` bounds every backend call on the
+resilience layer's deadline runner (real time; an abandoned call is a miss and its host slots
+stay out of reuse until it ends). Exit 0 when every check holds, 1 otherwise, 2 usage.
 """
 
 from __future__ import annotations
@@ -30,6 +34,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--turns", type=int, default=4, help="turns per conversation (4)")
     parser.add_argument("--page-size", type=int, default=16, help="tokens per page (16)")
     parser.add_argument("--device", default=None, help="device pool on 'cpu' or 'cuda' (auto)")
+    parser.add_argument(
+        "--io-timeout",
+        type=float,
+        default=5.0,
+        help="bound on every backend call of the read/write path, seconds (5; 0: unbounded)",
+    )
+    parser.add_argument(
+        "--hybrid",
+        action="store_true",
+        help="a hybrid model: Mamba state (TRAILING) and indexer (KV-derived) sidecar pools",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -49,19 +64,30 @@ def _instance(name: str, args: dict[str, Any], dtype_name: str, q: Any) -> None:
     import torch
 
     from hicache_sdk import HiCacheStorageConfig, create_backend
-    from hicache_sdk.hostpool import MHAHostPool
-    from hicache_sdk.readpath import CacheState, DevicePool, Engine, ReadPathConfig, ThreadRunner
+    from hicache_sdk.hostpool import IndexerHostPool, MambaHostPool, MHAHostPool
+    from hicache_sdk.readpath import CacheState, DevicePool, Engine, ReadPathConfig, Sidecar, ThreadRunner
+    from hicache_sdk.spec import PoolHitPolicy
 
     dtype = getattr(torch, dtype_name)
     ps = args["page_size"]
     geom = {"layer_num": 4, "head_num": 2, "head_dim": 64}
-    cfg = ReadPathConfig(page_size=ps)
+    cfg = ReadPathConfig(page_size=ps, io_timeout_s=args["io_timeout"] or None)
     host = MHAHostPool(8192, ps, dtype=dtype, **geom)  # type: ignore[arg-type]
     dev = DevicePool(4096, ps, dtype=dtype, device=args["device"], **geom)
     model = f"hicache-demo/{dtype_name}/L{geom['layer_num']}H{geom['head_num']}D{geom['head_dim']}"
     storage = create_backend(args["backend"], HiCacheStorageConfig(model_name=model), args["config"])
     storage.register_mem_pool_host(host)
-    state = CacheState(cfg, host, dev, storage, runner=ThreadRunner())
+    sidecars = []
+    if args["hybrid"]:
+        mamba = MambaHostPool(8192 // ps, (2, 16), [(64,)], layer_num=2, dtype=dtype)
+        indexer = IndexerHostPool(8192, ps, layer_num=2, index_dim=32)
+        sidecars = [
+            Sidecar("mamba", mamba, PoolHitPolicy.TRAILING_PAGES, 1),
+            Sidecar("indexer", indexer, PoolHitPolicy.ALL_PAGES, kv_derived=True),
+        ]
+        for sc in sidecars:
+            storage.register_mem_host_pool_v2(sc.pool, sc.name)
+    state = CacheState(cfg, host, dev, storage, runner=ThreadRunner(), sidecars=sidecars)
     engine = Engine(state)
     tiers = {"gpu": 0, "host": 0, "storage": 0, "computed": 0}
     ok = True
@@ -69,7 +95,7 @@ def _instance(name: str, args: dict[str, Any], dtype_name: str, q: Any) -> None:
     reqs = workload(args["conversations"], args["turns"])
     for i, (rid, toks) in enumerate(reqs):
         r = engine.serve(rid, toks)
-        ok = ok and engine.verify(r.nodes)
+        ok = ok and engine.verify(r.nodes) and engine.verify_sidecars()
         tiers["gpu"] += r.gpu_hit
         tiers["host"] += r.host_hit
         tiers["storage"] += r.storage_hit
@@ -94,6 +120,7 @@ def _instance(name: str, args: dict[str, Any], dtype_name: str, q: Any) -> None:
                 "early_aborts": state.counters.snapshot(),
                 "seconds": round(elapsed, 3),
                 "device": dev.device,
+                "sidecars": [sc.name for sc in sidecars],
             },
         )
     )
@@ -144,7 +171,12 @@ def run(args: argparse.Namespace) -> int:
         "conversations": args.conversations,
         "turns": args.turns,
         "device": args.device,
+        "io_timeout": args.io_timeout,
+        "hybrid": args.hybrid,
     }
+    if args.io_timeout < 0:
+        print("hicache demo: --io-timeout must be >= 0", file=sys.stderr)
+        return 2
     show = not args.json
     t0 = time.perf_counter()
     try:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .cache import CHUNK_PAGES, CacheState, ReadPathConfig
+from .cache import CHUNK_PAGES, CacheState, CallAbandoned, ReadPathConfig
 from .clock import MonotonicClock, VirtualClock
 from .counters import Abort, Counters, explain
 from .devpool import CopyFailed, DevicePool
@@ -11,7 +11,9 @@ from .engine import Engine, Served, page_kv
 from .loadback import load_back
 from .prefetch import Prefetcher, PrefetchOp
 from .ranks import GlooGroup, LocalGroup, agreed_endpoint, restorable_flags
+from .retry import Retries
 from .runner import StepRunner, ThreadRunner
+from .sidecars import Sidecar, side_page
 from .tree import MatchResult, RadixTree, TreeNode
 from .writepath import WritePath
 
@@ -19,6 +21,7 @@ __all__ = [
     "CHUNK_PAGES",
     "Abort",
     "CacheState",
+    "CallAbandoned",
     "CopyFailed",
     "Counters",
     "DevicePool",
@@ -31,7 +34,9 @@ __all__ = [
     "Prefetcher",
     "RadixTree",
     "ReadPathConfig",
+    "Retries",
     "Served",
+    "Sidecar",
     "StepRunner",
     "ThreadRunner",
     "TreeNode",
@@ -42,4 +47,5 @@ __all__ = [
     "load_back",
     "page_kv",
     "restorable_flags",
+    "side_page",
 ]

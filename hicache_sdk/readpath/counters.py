@@ -17,6 +17,7 @@ class Abort(str, Enum):
     BELOW_LOAD_BACK_THRESHOLD = "below_load_back_threshold"
     OVER_QUOTA = "over_quota"
     SIDECAR_MISS = "sidecar_miss"
+    HYBRID_INCOMPLETE = "hybrid_incomplete"
     BACKEND_FAILURE = "backend_failure"
     TIMEOUT = "timeout"
     ANCHOR_NOT_BACKED_UP = "anchor_not_backed_up"

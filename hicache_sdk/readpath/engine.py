@@ -19,6 +19,7 @@ from .cache import CacheState
 from .counters import explain
 from .loadback import load_back
 from .prefetch import Prefetcher
+from .sidecars import side_page_ok
 from .tree import TreeNode
 from .writepath import WritePath
 
@@ -78,13 +79,21 @@ class Engine:
             self.s.clock.now(),
         )
 
-    def try_admit(self, req_id: str) -> Served | None:
-        """One admission poll; the served request when admitted, else ``None``."""
+    def try_admit(self, req_id: str, queue_head: bool = True) -> Served | None:
+        """One admission poll (one scheduling pass for the request); the served request when
+        admitted, else ``None``. A due prefetch retry re-matches and re-issues the L3 lookup
+        first. ``queue_head=False``: the request is not at the head of the waiting queue, so
+        it waits for an armed retry (the head never does)."""
         self.writer.drain()
         tokens, served, t0 = self._pending[req_id]
-        if not self.prefetcher.check_prefetch_progress(req_id):
+        if self.prefetcher.retries.tick(req_id):
+            m = self.s.tree.match_prefix(tokens)
+            if m.storage_span:
+                self.prefetcher.prefetch_from_storage(req_id, m.last_host_node, m.storage_span, retry=True)
+        if not self.prefetcher.check_prefetch_progress(req_id, queue_head):
             served.blocked_polls += 1
             return None
+        self.prefetcher.retries.forget(req_id)
         del self._pending[req_id]
         served.waited_s = self.s.clock.now() - t0
         self._run(req_id, tokens, served)
@@ -151,6 +160,21 @@ class Engine:
             got = self.s.dev.kv.index_select(1, n.value.to(self.s.dev.kv.device)).cpu()
             if not torch.equal(got, page_kv(n.hash, shape, self.s.dev.dtype)):
                 return False
+        return True
+
+    def verify_sidecars(self) -> bool:
+        """Every host-resident sidecar page holds :func:`~hicache_sdk.readpath.sidecars.side_page`
+        of its node's hash: KV-derived pools at the node's KV host slots, trailing pools at
+        the node's own ``side`` slots."""
+        for n in self.s.tree.walk():
+            if n.hash is None:
+                continue
+            for sc in self.s.sidecars:
+                if sc.kv_derived and n.host_value is not None:
+                    if not side_page_ok(sc, int(n.host_value[0]), n.hash):
+                        return False
+                elif sc.name in n.side and not side_page_ok(sc, int(n.side[sc.name][0]), n.hash):
+                    return False
         return True
 
     def flush(self, timeout_s: float = 30.0) -> None:

@@ -2,7 +2,9 @@
 
 Each node carries the page's tokens, its chained storage hash (``get_storage_hash_str``
 seeded by the tree's namespace at the root), its device indices (L1, ``value``) and host
-indices (L2, ``host_value``), and the lock references that pin it:
+indices (L2, ``host_value``), the host slots of TRAILING sidecar pools holding this page's
+state (``side``: pool name -> slots; only on host-resident nodes), and the lock references
+that pin it:
 ``lock_ref`` (device) and ``host_lock_ref`` (host). A node with locks is never evicted from
 that tier. Trailing tokens short of a page are never inserted (nor matched).
 """
@@ -33,6 +35,7 @@ class TreeNode:
     hit_count: int = 0
     last_access: int = 0
     backed_up_storage: bool = False
+    side: dict[str, torch.Tensor] = field(default_factory=dict)  # TRAILING sidecar host slots
     id: int = field(default_factory=lambda: next(_ids))
 
     @property

@@ -3,6 +3,8 @@
 * ``write_through``: a node is backed up to host on its first hit (insertion counts as
   one); ``write_through_selective``: on its second; ``write_back``: only when evicted from
   the device (synchronously, before its device slots are freed).
+* Sidecar state is produced at the host backup (KV-derived pools at the KV slots, trailing
+  pools for the last ``window_pages`` nodes) and written to L3 before the KV.
 * Every host backup is followed by a storage backup: the host lock of the last node is held
   until the backup is acknowledged (:meth:`WritePath.drain`); the backup job checks existence
   first (``batch_exists``: the leading pages already stored are skipped), writes KV in chunks
@@ -13,11 +15,21 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+import torch
+
+from hicache_sdk.spec import PoolTransfer
 
 from .cache import CHUNK_PAGES, CacheState
 from .counters import Abort
+from .sidecars import transfer, write_side_page
 from .tree import TreeNode
+
+T = TypeVar("T")
 
 
 @dataclass(eq=False)
@@ -25,6 +37,7 @@ class BackupOp:
     nodes: list[TreeNode]
     completed_pages: int = 0
     acks: int = 0
+    io_refs: int = 0
 
 
 class WritePath:
@@ -35,6 +48,8 @@ class WritePath:
         self.ongoing = 0
         self.pages_written = 0
         self.failed_backups = 0
+        self.failed_sidecar_backups = 0
+        self._late: list[BackupOp] = []
         if state.config.write_policy == "write_back":
             state.on_device_evict.append(self._on_evict)
 
@@ -69,20 +84,86 @@ class WritePath:
             s.dev.store_to_host(n.value, s.host_kv, idx)
             n.host_value = idx
             done.append(n)
+        self._host_sidecars(done)
         if done and s.storage is not None and s.config.storage_enabled:
             s.tree.inc_host_lock_ref(done[-1])
             op = BackupOp(done)
             self.ongoing += 1
             s.runner.submit(lambda: self._write(op))
 
+    def _host_sidecars(self, done: list[TreeNode]) -> None:
+        """The sidecar part of the host backup (this model produces sidecar state here):
+        KV-derived pools at the nodes' KV slots; each trailing pool for the last
+        ``window_pages`` nodes of the backup (Mamba: the last node), own slots, skipped when
+        its pool is full (the store then lacks it: a later read is a ``sidecar_miss``)."""
+        s = self.s
+        for sc in s.sidecars:
+            if sc.kv_derived:
+                for n in done:
+                    assert n.host_value is not None and n.hash is not None
+                    write_side_page(sc, int(n.host_value[0]), n.hash)
+                continue
+            for n in done[len(done) - sc.window_pages :]:
+                if sc.name in n.side or n.hash is None:
+                    continue
+                slots = s.alloc_side_evicting(sc, sc.slots_per_page)
+                if slots is None:
+                    s.counters.abort("", Abort.HOST_POOL_FULL)
+                    continue
+                write_side_page(sc, int(slots[0]), n.hash)
+                n.side[sc.name] = slots
+
+    def _io(self, op: BackupOp, fn: Callable[[], T]) -> T:
+        """A backend call reading ``op``'s host slots: an I/O reference until it really ends
+        (an abandoned write keeps the host lock held, so the slots are not reused under it)."""
+        with self._lock:
+            op.io_refs += 1
+
+        def end() -> None:
+            with self._lock:
+                op.io_refs -= 1
+
+        def run() -> T:
+            try:
+                return fn()
+            finally:
+                end()
+
+        return self.s.bounded(run, on_skip=end)
+
+    def _write_sidecars(self, op: BackupOp) -> None:
+        """Sidecars before KV (spec 1.4), one ``batch_set_v2``, from every rank (the adapter
+        skips rank-replicated pools on non-writer ranks). A failure is counted, not retried."""
+        s = self.s
+        xf: list[PoolTransfer] = []
+        for sc in s.sidecars:
+            nodes = op.nodes if sc.kv_derived else [n for n in op.nodes if sc.name in n.side]
+            if not nodes:
+                continue
+            slots = [n.host_value if sc.kv_derived else n.side[sc.name] for n in nodes]
+            idx = torch.cat([t for t in slots if t is not None])
+            keys = [n.hash for n in nodes if n.hash is not None]
+            xf.append(transfer(sc.name, host_indices=idx, keys=keys, hit_policy=sc.hit_policy))
+        if not xf:
+            return
+        try:
+            res = self._io(op, lambda: s.storage.batch_set_v2(xf))  # type: ignore[union-attr]
+            ok = all(all(bool(r) for r in v) for v in res.values())
+        except Exception:
+            ok = False
+        if not ok:
+            self.failed_sidecar_backups += 1
+
     def _write(self, op: BackupOp) -> None:
-        s, ps = self.s, self.s.config.page_size
+        s = self.s
         keys = [n.hash for n in op.nodes if n.hash is not None]
         writer = s.ranks.rank == s.writer_rank
+        if s.sidecars:
+            self._write_sidecars(op)
         skip = 0
         if writer:
             try:
-                skip = int(s.storage.batch_exists(keys))  # type: ignore[union-attr]
+                skip = int(self._io(op, lambda: s.storage.batch_exists(keys)))  # type: ignore[union-attr]
             except Exception:
                 skip = 0
         stop = False
@@ -96,13 +177,11 @@ class WritePath:
             else:
                 lo = max(0, skip - c0)
                 if lo < len(ck):
-                    import torch
-
                     idx = torch.cat(
                         [n.host_value for n in op.nodes[c0 + lo : c0 + len(ck)] if n.host_value is not None]
                     )
                     try:
-                        res = s.storage.batch_set_v1(ck[lo:], idx)  # type: ignore[union-attr]
+                        res = self._io(op, partial(s.storage.batch_set_v1, ck[lo:], idx))  # type: ignore[union-attr]
                         good = all(bool(r) for r in res) and len(res) == len(ck) - lo
                     except Exception:
                         good = False
@@ -116,20 +195,27 @@ class WritePath:
             else:
                 op.completed_pages += ok
             op.acks += 1
-        _ = ps
         with self._lock:
             self._acks.append(op)
 
     def drain(self) -> int:
-        """Scheduler thread: apply finished backups (release the host lock, mark stored pages)."""
+        """Scheduler thread: apply finished backups (mark stored pages, release the host
+        lock; a backup with an abandoned write still running keeps its lock until it ends)."""
         with self._lock:
             acks, self._acks = self._acks, []
+            late, self._late = self._late, []
         for op in acks:
             for n in op.nodes[: op.completed_pages]:
                 n.backed_up_storage = True
             if op.completed_pages < len(op.nodes):
                 self.failed_backups += 1
                 self.s.counters.abort("", Abort.BACKEND_FAILURE)
+        for op in late + acks:
+            with self._lock:
+                busy = op.io_refs > 0
+            if busy:
+                self._late.append(op)
+                continue
             self.s.tree.dec_host_lock_ref(op.nodes[-1])
             self.ongoing -= 1
         return len(acks)

@@ -1,6 +1,7 @@
 """Two ranks over torch.distributed (gloo, CPU): diverging stores agree on the MIN hit, a
 failed read on one rank leaves both at the same completed count, only the writer rank
-writes while both acknowledge, and the TRAILING-pool flag vectors intersect."""
+writes while both acknowledge, and the TRAILING-pool flag vectors intersect -- also inside a
+hybrid (Mamba) prefetch whose ranks stored states at different endpoints."""
 
 from __future__ import annotations
 
@@ -73,6 +74,28 @@ def _rank_main(rank: int, init_file: str, out_dir: str) -> None:
     writes.s.runner.run_all()  # type: ignore[attr-defined]
     writes.writer.drain()
     res["pages_written"] = writes.writer.pages_written
+    # hybrid (Mamba, TRAILING): rank 0 stores states at pages 8 and 12, rank 1 at 8 and 10
+    # (KV for all 12 pages on both): only the intersection {8} is restorable everywhere
+    hy = f"hy{rank}"
+    ends = [8, 12] if rank == 0 else [8, 10]
+    for n in ends:
+        hw = make_engine(cfg, hy, sidecars=("mamba",))
+        hw.submit("w", toks[: n * 4])
+        settle(hw, "w")
+        hw.s.runner.run_all()  # type: ignore[attr-defined]
+        hw.writer.drain()
+    if rank == 1:
+        warm_kv = make_engine(cfg, hy)  # KV pages 11..12, no state
+        warm_kv.submit("w", toks[:48])
+        settle(warm_kv, "w")
+        warm_kv.s.runner.run_all()  # type: ignore[attr-defined]
+        warm_kv.writer.drain()
+    he = make_engine(cfg, hy, runner=StepRunner(), ranks=group, sidecars=("mamba",))
+    he.submit("r", toks[:48])
+    hr = settle(he, "r")
+    res["hybrid_hit"] = hr.storage_hit
+    res["hybrid_ok"] = he.verify(hr.nodes) and he.verify_sidecars() and "mamba" in hr.nodes[7].side
+    res["hybrid_aborts"] = he.explain("r")["why_not"]
     res["endpoint"] = agreed_endpoint(group, 8, 6 if rank == 0 else 8, [2, 4, 6] if rank == 0 else [3, 4, 8])
     with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
         json.dump(res, f)
@@ -92,3 +115,6 @@ def test_two_ranks_agree() -> None:
     assert r0["stalled_rank_hit"] == r1["stalled_rank_hit"] == 7 * 4
     assert (r0["pages_written"], r1["pages_written"]) == (10, 0)
     assert r0["endpoint"] == r1["endpoint"] == 4
+    assert r0["hybrid_hit"] == r1["hybrid_hit"] == 8 * 4
+    assert r0["hybrid_ok"] and r1["hybrid_ok"]
+    assert r0["hybrid_aborts"] == r1["hybrid_aborts"] == []
