@@ -1,3 +1,5 @@
 from collections.abc import Sequence
 
-def stat_sizes(dir_fd: int, names: Sequence[str], /) -> tuple[list[int | None], list[tuple[int, int]]]: ...
+def stat_sizes(
+    dir_fd: int, names: Sequence[str], openat2: bool = False, /
+) -> tuple[list[int | None], list[tuple[int, int]]]: ...
