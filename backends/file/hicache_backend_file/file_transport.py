@@ -157,6 +157,14 @@ class FileTransport(ReadPath, WritePath, Transport):
         with self._lock:
             return dict(self._errors)
 
+    @staticmethod
+    def check_names(names: Sequence[str]) -> None:
+        """The object-name rule of this transport (:mod:`.names`), the hook a key scheme
+        asks (``KeyScheme.bind_transport``) so that a page whose name could not be
+        stored is refused at the API boundary: ``ValueError`` naming the first refused
+        name. No I/O."""
+        check_names(names, "names")
+
     def path_of(self, name: str) -> str:
         """The absolute path of object ``name`` (validated)."""
         check_names([name], "name")
