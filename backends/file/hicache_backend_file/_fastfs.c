@@ -13,6 +13,9 @@
  *   caller counts the reasons). The names are encoded first (with the GIL); the stat loop
  *   runs without the GIL.
  *
+ * openat2(dir_fd, path, flags, mode) -> fd
+ *   openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS (beneath.py's call, minus ctypes).
+ *
  * Python's own os.stat spends about half of each call building a stat_result; this
  * builds one small int per name. The transport falls back to os.stat when this module
  * could not be compiled.
@@ -303,7 +306,50 @@ done:
     return out;
 }
 
+/* openat2(dir_fd, path, flags, mode) -> fd with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS:
+ * beneath.py's call without the ctypes overhead (the read path opens one per page).
+ * OSError (errno, path) on failure; EAGAIN (a concurrent rename) is retried. */
+static PyObject *openat2_beneath(PyObject *self, PyObject *args) {
+    int dir_fd, flags, mode;
+    PyObject *path;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iO&ii:openat2", &dir_fd, PyUnicode_FSConverter, &path, &flags, &mode)) {
+        return NULL;
+    }
+    const char *raw = PyBytes_AS_STRING(path);
+    if ((size_t)PyBytes_GET_SIZE(path) != strlen(raw)) {
+        Py_DECREF(path);
+        PyErr_SetString(PyExc_ValueError, "path contains NUL");
+        return NULL;
+    }
+    struct open_how_ how = {(uint64_t)(unsigned)flags, (flags & O_CREAT) ? (uint64_t)mode : 0,
+                            RESOLVE_BENEATH_ | RESOLVE_NO_SYMLINKS_};
+    long fd = -1;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int tries = 0; tries < 8; tries++) {
+        fd = syscall(SYS_openat2, dir_fd, raw, &how, sizeof how);
+        err = errno;
+        if (fd >= 0 || (err != EAGAIN && err != EINTR)) {
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (fd < 0) {
+        PyObject *name = PyUnicode_DecodeFSDefault(raw);
+        errno = err;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, name);
+        Py_XDECREF(name);
+        Py_DECREF(path);
+        return NULL;
+    }
+    Py_DECREF(path);
+    return PyLong_FromLong(fd);
+}
+
 static PyMethodDef methods[] = {
+    {"openat2", openat2_beneath, METH_VARARGS,
+     "openat2(dir_fd, path, flags, mode) -> fd, resolved beneath dir_fd with no symlink"},
     {"stat_sizes", stat_sizes, METH_VARARGS,
      "stat_sizes(dir_fd, names, openat2=False) -> (sizes, errors): see the module source"},
     {NULL, NULL, 0, NULL},

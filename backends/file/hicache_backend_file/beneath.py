@@ -74,6 +74,12 @@ def _openat2(dir_fd: int, path: str, flags: int, mode: int = 0) -> int:
     raise OSError(err, os.strerror(err), path)
 
 
+try:  # the same call in C, without the ctypes overhead (optional, see pyproject.toml)
+    from ._fastfs import openat2 as _c_openat2
+except ImportError:  # pragma: no cover - depends on the build
+    _c_openat2 = None
+
+
 def _probe() -> bool:
     """Whether ``openat2`` with our resolve flags works here (not just exists): it must
     open ``.`` of a directory descriptor."""
@@ -113,6 +119,8 @@ class Beneath:
         if "/" not in rel:
             return os.open(rel, flags, mode, dir_fd=self.root_fd)
         if self.openat2:
+            if _c_openat2 is not None:
+                return int(_c_openat2(self.root_fd, rel, flags, mode))
             return _openat2(self.root_fd, rel, flags, mode)
         head, _, base = rel.rpartition("/")
         pfd = self._walk(head, _DIR_FLAGS)

@@ -19,13 +19,20 @@ Make = Callable[..., FileTransport]
 PAGE = "_/m/kv-0123456789abcdef/ab/" + "ab" * 32
 
 
-@pytest.fixture(params=["openat2", "walk"])
+@pytest.fixture(params=["openat2", "openat2-ctypes", "walk"])
 def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run the test with the kernel's ``openat2`` and with the forced fallback walk."""
-    if request.param == "openat2" and not beneath.OPENAT2:
+    """Run the test with the kernel's ``openat2`` (called from the C extension, and through
+    ctypes as without it) and with the forced fallback walk. Returns ``"openat2"`` or
+    ``"walk"``."""
+    mode = str(request.param)
+    if mode.startswith("openat2") and not beneath.OPENAT2:
         pytest.skip("this kernel has no openat2 (the walk covers it)")
-    monkeypatch.setattr(beneath, "OPENAT2", request.param == "openat2")
-    return str(request.param)
+    if mode == "openat2" and beneath._c_openat2 is None:
+        pytest.skip("the C extension was not compiled here (openat2-ctypes covers it)")
+    if mode == "openat2-ctypes":
+        monkeypatch.setattr(beneath, "_c_openat2", None)
+    monkeypatch.setattr(beneath, "OPENAT2", mode != "walk")
+    return "walk" if mode == "walk" else "openat2"
 
 
 @pytest.fixture
