@@ -253,10 +253,10 @@ class ObjectEngine:
         n = len(objects)
         if n == 0:
             return []
-        first: dict[str, int] = {}
-        for i, o in enumerate(objects):
-            first.setdefault(o.name, i)
-        if len(first) < n:
+        if len({o.name for o in objects}) < n:
+            first: dict[str, int] = {}
+            for i, o in enumerate(objects):
+                first.setdefault(o.name, i)
             uniq = list(first.values())
             done = dict(zip((objects[i].name for i in uniq), self.write([objects[i] for i in uniq])))
             return [done[o.name] for o in objects]

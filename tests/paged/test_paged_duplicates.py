@@ -58,3 +58,43 @@ def test_a_failed_first_write_fails_every_occurrence() -> None:
     eng = ObjectEngine(t, Metrics(), checksum=False)
     b = np.ones(16, np.uint8)
     assert eng.write([_obj("k", b, False), _obj("j", b, False), _obj("k", b, False)]) == [False, True, False]
+
+
+def test_storage_first_copy_wins_on_every_path() -> None:
+    """Through ``batch_set_v1`` (the column fast path) and ``batch_set_v2`` over a
+    transport that would keep the last copy: the first copy is stored, all report True."""
+    import torch
+
+    from hicache_sdk.hostpool import MHAHostPool
+    from hicache_sdk.memory_backend import MemoryStorage
+    from hicache_sdk.spec import HiCacheStorageConfig
+
+    made: list[LastCopyWins] = []
+
+    class Backend(MemoryStorage):  # type: ignore[misc]
+        def create_transport(self, config: object) -> LastCopyWins:
+            t = LastCopyWins()
+            made.append(t)
+            return t
+
+    for scheme in ("default", "sglang-file", "sglang-mooncake"):
+        sc = HiCacheStorageConfig(model_name="m", extra_config={"key_scheme": scheme})
+        s = Backend(sc, {})
+        pool = MHAHostPool(16, 4, 2, 2, 8, dtype=torch.bfloat16, pin_memory=False)
+        s.register_mem_pool_host(pool)
+        flat0 = pool.get_data_page(0, flat=True)
+        nbytes = flat0.numel() * flat0.element_size()
+        for p in range(4):  # page p holds byte p + 1 everywhere
+            fill = torch.full((nbytes,), p + 1, dtype=torch.uint8).view(flat0.dtype)
+            pool.set_from_flat_data_page(p * 4, fill)
+        k, other = "a" * 64, "b" * 64
+        idx = torch.arange(12, dtype=torch.int64)  # pages 0, 1, 2
+        assert s.batch_set_v1([k, other, k], idx) == [True, True, True]
+        assert all(len(set(b)) == len(b) for b in made[-1].batches), (
+            f"{scheme}: duplicates reached the transport"
+        )
+        dst = torch.arange(12, 16, dtype=torch.int64)  # page 3
+        assert s.batch_get_v1([k], dst) == [True]
+        got = pool.get_data_page(12, flat=True).view(torch.uint8)
+        assert int(got[0]) == 1 and bool((got == 1).all()), f"{scheme}: a later copy won"
+        s.close()
