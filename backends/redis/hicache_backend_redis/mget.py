@@ -4,8 +4,11 @@ A batch's keys are cut into ``MGET`` commands of at most ``min(max_command_bytes
 STREAM_CHUNK)`` expected value bytes (a value larger than that gets a command of its own;
 keys that must not share a command, such as a cluster's different slots, are kept apart).
 The first commands (at least two, and at least ``AHEAD`` bytes of values) are sent in one
-flush, one round trip; one more is sent as each reply starts, so the server always has the
-next command queued but holds only about two commands' replies at a time.
+flush, one round trip; whenever fewer than ``LOW_WATER`` bytes are still requested, more are
+sent (up to ``AHEAD``) as a reply starts, so the server always has the next command queued
+but holds only about ``AHEAD`` bytes of replies per connection (1 MiB). A refill wakes the
+server, which on a busy machine costs a context switch: refills come a few commands at a
+time, not one per reply.
 
 Why: one ``MGET`` for a whole batch makes single-threaded Redis build the batch's entire
 reply in fresh memory before sending a byte (page faults, zeroing, freeing: measured here at
@@ -21,14 +24,16 @@ from typing import Any
 
 from .resp import Connection, ProtocolError, ReplyError, command
 
-__all__ = ["AHEAD", "STREAM_CHUNK", "chunk_keys", "stream_mget"]
+__all__ = ["AHEAD", "LOW_WATER", "STREAM_CHUNK", "chunk_keys", "stream_mget"]
 
 log = logging.getLogger(__name__)
 
 #: Value bytes per streamed ``MGET`` (bounded by ``max_command_bytes`` too).
 STREAM_CHUNK = 256 << 10
-#: Value bytes requested ahead of the reply being read (at least two commands).
-AHEAD = 256 << 10
+#: Value bytes requested ahead of the reply being read (at least two commands) ...
+AHEAD = 1 << 20
+#: ... topped up when fewer than this many are still requested.
+LOW_WATER = 512 << 10
 
 
 def chunk_keys(
@@ -71,7 +76,10 @@ def stream_mget(
     sent = ahead = 0
     for n, ch in enumerate(chunks):
         cmds: list[bytes | memoryview] = []
-        while sent < len(chunks) and (sent - n < 2 or ahead < AHEAD):
+        # Refill when the queue ran low, then up to AHEAD: a send wakes the server (on a
+        # busy machine a context switch), so refills come a few commands at a time.
+        refill = sent == n or ahead < LOW_WATER
+        while refill and sent < len(chunks) and (sent - n < 2 or ahead < AHEAD):
             if asking:
                 cmds.append(command("ASKING"))
             cmds.append(command("MGET", *(names[i] for i in chunks[sent])))
