@@ -41,6 +41,11 @@ class RedisConfig(BackendConfig):
     * ``parallel_connections``: a read or write batch of at least 4 MiB is split into up to
       this many parts of at least 2 MiB, each on its own pooled connection, run
       concurrently (extra connections are used only when free at once).
+    * ``write_window``: how many writes of values of at least 32 KiB each connection has in
+      flight (``SETNX``, value last, when there is no TTL); ``0``: all of a part pipelined
+      at once. ``1`` (the default) is fastest against a Redis on the same host: a pipelined
+      big value is copied once more inside Redis (see ``docs/backends/redis.md``). Over a
+      network with a long round trip, ``0`` may be faster.
     * ``ttl_s``: expiry of written pages in seconds (``0``: none).
     * ``max_command_bytes``: the most value bytes one ``MGET`` may return; larger batches
       are split into several commands, all pipelined in one round trip. A single page larger
@@ -64,6 +69,7 @@ class RedisConfig(BackendConfig):
     socket_timeout_s: float = 5.0
     pool_size: int = 8
     parallel_connections: int = 4
+    write_window: int = 1
     ttl_s: int = 0
     max_command_bytes: int = 64 << 20
     tls_ca_file: str | None = None
@@ -81,6 +87,8 @@ class RedisConfig(BackendConfig):
             raise ValueError(f"pool_size must be >= 1, got {self.pool_size!r}")
         if self.parallel_connections < 1:
             raise ValueError(f"parallel_connections must be >= 1, got {self.parallel_connections!r}")
+        if self.write_window < 0:
+            raise ValueError(f"write_window must be >= 0, got {self.write_window!r}")
         if self.ttl_s < 0:
             raise ValueError(f"ttl_s must be >= 0, got {self.ttl_s!r}")
         if self.max_command_bytes < 1 << 16:

@@ -7,9 +7,15 @@
   about 1 MiB of replies per connection. Every bulk value is received straight into the caller's
   segments (see :mod:`.resp`). A value of another size than its buffers is a miss, never a
   partial page.
-* ``write``: one ``SET key value NX [PX ttl]`` per object, all pipelined; the value is sent
-  from the caller's memory. ``SET`` is atomic, so a reader sees the whole page or nothing;
-  an existing key is left untouched and counts as success (the first writer wins).
+* ``write``: one create-if-absent write per object, the value sent from the caller's memory:
+  ``SET key value NX [PX ttl]`` all pipelined, or, for values of at least 32 KiB, at most
+  ``write_window`` (default 1) in flight per connection as ``SETNX key value`` (value last;
+  ``SET ... NX PX`` with a TTL). Redis 7 reads "as much as possible" into the fresh query
+  buffer left after a big value, so a pipelined next value lands at an offset and is moved
+  (``memmove``) before it can become the stored value without a copy: measured here, the
+  server spent 19 % of its time there and about 1.3x the CPU per byte of one-at-a-time writes.
+  ``SET`` / ``SETNX`` are atomic, so a reader sees the whole page or nothing; an existing
+  key is left untouched and counts as success (the first writer wins).
 * Large batches (``read`` / ``write`` of at least 4 MiB) are split into up to
   ``parallel_connections`` contiguous parts, each on its own pooled connection, run
   concurrently (the caller's thread runs the first): the server and the kernel copy for
@@ -36,7 +42,7 @@ from hicache_sdk import Capabilities, ConfigError, Segments, Transport, Transpor
 from .config import RedisConfig, parse_endpoint, redact_url
 from .mget import chunk_keys, stream_mget
 from .pool import AuthError, Pool
-from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, set_nx_suffix, views_of
+from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, set_nx_frame, views_of
 
 __all__ = ["RedisTransport"]
 
@@ -45,6 +51,9 @@ T = TypeVar("T")
 _GLOB = str.maketrans({c: "\\" + c for c in "*?[]\\"})
 #: A batch is split into parts of at least this many bytes.
 _PART_MIN = 2 << 20
+#: Values this large take Redis's big-argument path (``PROTO_MBULK_BIG_ARG``): writes of
+#: them go ``write_window`` at a time.
+_BIG_VALUE = 32 << 10
 
 
 class RedisTransport(Transport):
@@ -239,27 +248,38 @@ class RedisTransport(Transport):
         if not keys:
             return []
         p = self._prefix
-        tail, nargs = set_nx_suffix(self._ttl_ms)
         sizes = [sum(s for _, s in segs) for segs in buffers]
         out = [False] * len(keys)
+        # Big values go write_window at a time per connection (see RedisConfig.write_window).
+        window = self.config.write_window if max(sizes) >= _BIG_VALUE else 0
+
+        def one(i: int) -> list[bytes | memoryview]:
+            head, tail = set_nx_frame(p + keys[i].encode(), sizes[i], self._ttl_ms, window > 0)
+            return [head, *views_of(buffers[i]), tail]
+
+        def answer(c: Connection, i: int) -> None:
+            try:
+                c.reply()  # OK / :1, or nil / :0 when the key already existed (NX)
+                out[i] = True
+            except ReplyError as e:
+                log.debug("redis SET refused: %s", e)
+                if str(e).startswith("READONLY"):  # a failover demoted this server
+                    c.broken = True
+                    self._pool.drop_idle()
 
         def part(c: Connection, idx: list[int], first: bool) -> None:
-            parts: list[bytes | memoryview] = []
-            for i in idx:
-                name = p + keys[i].encode()
-                parts.append(b"*%d\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (nargs, len(name), name, sizes[i]))
-                parts.extend(views_of(buffers[i]))
-                parts.append(tail)
-            c.send(parts, counted=first, cancel=cancel)
-            for i in idx:
-                try:
-                    c.reply()  # "OK", or None when the key already existed (NX)
-                    out[i] = True
-                except ReplyError as e:
-                    log.debug("redis SET refused: %s", e)
-                    if str(e).startswith("READONLY"):  # a failover demoted this server
-                        c.broken = True
-                        self._pool.drop_idle()
+            if not window:
+                c.send([x for i in idx for x in one(i)], counted=first, cancel=cancel)
+                for i in idx:
+                    answer(c, i)
+                return
+            for n, i in enumerate(idx):
+                if n >= window:
+                    answer(c, idx[n - window])
+                # a send after a wait for a reply is a round trip of its own
+                c.send(one(i), counted=first and (n == 0 or n >= window), cancel=cancel)
+            for i in idx[max(0, len(idx) - window) :]:
+                answer(c, i)
 
         def run(cs: list[Connection]) -> list[bool]:
             self._concurrently(cs, sizes, part, cancel)

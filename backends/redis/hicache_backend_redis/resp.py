@@ -333,3 +333,13 @@ def set_nx_suffix(ttl_ms: int) -> tuple[bytes, int]:
         return tail, 4
     ms = str(ttl_ms).encode()
     return tail + b"$2\r\nPX\r\n$%d\r\n%s\r\n" % (len(ms), ms), 6
+
+
+def set_nx_frame(name: bytes, nbytes: int, ttl_ms: int, value_last: bool) -> tuple[bytes, bytes]:
+    """The bytes before and after an ``nbytes`` value in a create-if-absent write of
+    ``name``: ``SETNX name value`` when ``value_last`` and there is no TTL (nothing follows
+    the value), else ``SET name value NX [PX ttl_ms]``."""
+    if value_last and not ttl_ms:
+        return b"*3\r\n$5\r\nSETNX\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, nbytes), _CRLF
+    tail, nargs = set_nx_suffix(ttl_ms)
+    return b"*%d\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (nargs, len(name), name, nbytes), tail

@@ -72,7 +72,7 @@ class Token:
 
 
 def test_large_batches_run_on_concurrent_connections(server: RedisServer) -> None:
-    t = RedisTransport(RedisConfig(url=server.url, parallel_connections=3, pool_size=8))
+    t = RedisTransport(RedisConfig(url=server.url, parallel_connections=3, pool_size=8, write_window=0))
     try:
         src, segs = _pages(12, 1 << 20)  # 12 MiB: three parts of 4 MiB
         keys = [f"p{i}" for i in range(12)]
