@@ -6,7 +6,7 @@ keys that must not share a command, such as a cluster's different slots, are kep
 The first commands (at least two, and at least ``AHEAD`` bytes of values) are sent in one
 flush, one round trip; whenever fewer than ``LOW_WATER`` bytes are still requested, more are
 sent (up to ``AHEAD``) as a reply starts, so the server always has the next command queued
-but holds only about ``AHEAD`` bytes of replies per connection (1 MiB). A refill wakes the
+but holds only about ``AHEAD`` bytes of replies per connection (512 KiB). A refill wakes the
 server, which on a busy machine costs a context switch: refills come a few commands at a
 time, not one per reply.
 
@@ -31,9 +31,11 @@ log = logging.getLogger(__name__)
 #: Value bytes per streamed ``MGET`` (bounded by ``max_command_bytes`` too).
 STREAM_CHUNK = 256 << 10
 #: Value bytes requested ahead of the reply being read (at least two commands) ...
-AHEAD = 1 << 20
+AHEAD = 512 << 10
 #: ... topped up when fewer than this many are still requested.
-LOW_WATER = 512 << 10
+LOW_WATER = 256 << 10
+#: Commands in flight at least (the one being read included).
+MIN_IN_FLIGHT = 2
 
 
 def chunk_keys(
@@ -79,7 +81,7 @@ def stream_mget(
         # Refill when the queue ran low, then up to AHEAD: a send wakes the server (on a
         # busy machine a context switch), so refills come a few commands at a time.
         refill = sent == n or ahead < LOW_WATER
-        while refill and sent < len(chunks) and (sent - n < 2 or ahead < AHEAD):
+        while refill and sent < len(chunks) and (sent - n < MIN_IN_FLIGHT or ahead < AHEAD):
             if asking:
                 cmds.append(command("ASKING"))
             cmds.append(command("MGET", *(names[i] for i in chunks[sent])))

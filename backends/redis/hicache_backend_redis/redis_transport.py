@@ -4,7 +4,7 @@
   stored object is empty).
 * ``read``: streamed ``MGET`` commands of at most 256 KiB of values each (see
   :mod:`.mget`): the first flush is the one round trip, the server never holds more than
-  about 1 MiB of replies per connection. Every bulk value is received straight into the caller's
+  about 512 KiB of replies per connection. Every bulk value is received straight into the caller's
   segments (see :mod:`.resp`). A value of another size than its buffers is a miss, never a
   partial page.
 * ``write``: one create-if-absent write per object, the value sent from the caller's memory:

@@ -7,10 +7,12 @@ bulk values read *into* segments: :meth:`Connection.read_bulk_into` copies what 
 buffered (at most one receive buffer) and ``recv_into``s the rest straight into the
 segments' memory.
 
-The socket is non-blocking: every receive is ``poll`` then one ``recv_into`` that cannot
-block, bounded by ``socket_timeout_s``. When a cancel token is given, each receive into
-caller memory and each send from it runs inside ``token.guard()`` (which raises once the
-token is cancelled), so after ``cancel()`` returns no byte of caller memory is touched
+A plain socket is blocking, bounded by ``SO_RCVTIMEO`` / ``SO_SNDTIMEO`` (and a
+``socket_timeout_s`` deadline per reply); a large value is one ``MSG_WAITALL`` receive. A
+TLS socket is non-blocking: every receive is ``poll`` then one ``recv_into``. When a cancel
+token is given, every call passes ``MSG_DONTWAIT`` (so none can block), and each receive
+into caller memory and each send from it runs inside ``token.guard()`` (which raises once
+the token is cancelled), so after ``cancel()`` returns no byte of caller memory is touched
 again; waits for the socket then poll in slices of at most ``_CANCEL_POLL_S`` and look at
 the token between them, so a cancelled call stops within that time. Any error leaves the
 connection in an unknown protocol state: the caller must :meth:`close` it (``broken`` is set).
@@ -32,6 +34,7 @@ import ctypes
 import select
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -82,7 +85,18 @@ class Connection:
         self.sock = sock
         self.timeout_s = timeout_s
         self.tls = isinstance(sock, ssl.SSLSocket)
-        sock.setblocking(False)
+        #: Plain sockets are blocking, bounded by SO_RCVTIMEO / SO_SNDTIMEO: a value is
+        #: received with one ``MSG_WAITALL`` receive (the kernel fills the page as the bytes
+        #: arrive, no wake-up per segment), and calls that must not block (under a cancel
+        #: token) pass ``MSG_DONTWAIT``. TLS sockets are non-blocking (no flags there).
+        self.blocking = not self.tls
+        if self.blocking:
+            sock.settimeout(None)
+            tv = struct.pack("ll", int(timeout_s), int((timeout_s % 1) * 1e6))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        else:
+            sock.setblocking(False)
         self._buf = bytearray(_RECV)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -136,7 +150,10 @@ class Connection:
                     n = 0
 
     def _send_some(self, pending: list[memoryview], i: int) -> int:
-        return self.sock.send(pending[i]) if self.tls else self.sock.sendmsg(pending[i : i + 512])
+        if self.tls:
+            return self.sock.send(pending[i])
+        flags = socket.MSG_DONTWAIT if self.cancel is not None else 0
+        return self.sock.sendmsg(pending[i : i + 512], [], flags)
 
     # -- reading -------------------------------------------------------------------------
     def _wait(self, events: int, deadline: float) -> None:
@@ -163,10 +180,18 @@ class Connection:
                     self.broken = True
                     raise
 
-    def _recv_into(self, view: memoryview, deadline: float) -> int:
+    def _recv_into(self, view: memoryview, deadline: float, whole: bool = False) -> int:
+        """Receive into ``view``: at least one byte; all of it when ``whole`` and the
+        socket is blocking with no cancel token (``MSG_WAITALL``)."""
+        if self.tls:
+            flags = 0
+        elif self.cancel is not None:
+            flags = socket.MSG_DONTWAIT
+        else:
+            flags = socket.MSG_WAITALL if whole else 0
         while True:
             try:
-                n = self.sock.recv_into(view)
+                n = self.sock.recv_into(view, 0, flags) if flags else self.sock.recv_into(view)
             except (BlockingIOError, ssl.SSLWantReadError):
                 self._wait(select.POLLIN, deadline)
                 continue
@@ -181,7 +206,7 @@ class Connection:
     def _recv_nowait(self, view: memoryview) -> int:
         """One receive that cannot block: 0 when no byte is ready."""
         try:
-            n = self.sock.recv_into(view)
+            n = self.sock.recv_into(view) if self.tls else self.sock.recv_into(view, 0, socket.MSG_DONTWAIT)
         except (BlockingIOError, ssl.SSLWantReadError):
             return 0
         except OSError:
@@ -301,7 +326,7 @@ class Connection:
                             view[pos : pos + k] = self._view[self._start : self._start + k]
                     self._start += k
                 elif cancel is None:
-                    k = self._recv_into(view[pos:], deadline)
+                    k = self._recv_into(view[pos:], deadline, whole=True)
                 else:
                     # Wait outside the guard (cancel() must never wait on a poll); the
                     # receive under it cannot block.
