@@ -1,0 +1,131 @@
+"""The examples under docs/examples/ run, so the docs that quote them cannot rot:
+each backend example goes through the conformance suite's entry (``hicache check``'s
+``main``), the hit-merging example of docs/concepts.md is checked number by number."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hicache_conformance.cli import main as check_main
+
+from hicache_sdk import Capabilities, HiCacheStorageConfig
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+
+
+@pytest.fixture(autouse=True)
+def _examples_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
+def _check(tmp_path: Path, ref: str, config: dict[str, Any], *extra: str) -> dict[str, Any]:
+    report = tmp_path / "report.json"
+    argv = [ref, "--config", json.dumps(config), "--matrix", "minimal", "--report", str(report), "-q", *extra]
+    rc = check_main(argv)
+    data: dict[str, Any] = json.loads(report.read_text())
+    failed = {
+        name: t.get("reason") for name, t in data.get("tests", {}).items() if t.get("outcome") == "failed"
+    }
+    assert rc == 0 and not failed, (rc, failed, data.get("error"))
+    return data
+
+
+def test_dirstore_example_passes_the_suite(tmp_path: Path) -> None:
+    data = _check(
+        tmp_path, "dirstore_backend:DirStorage", {"root": str(tmp_path / "store")}, "--profile", "strict"
+    )
+    assert data["ok"] is True
+    passed = sum(c["passed"] for c in data["levels"].values())
+    assert passed >= 40 and all(c["failed"] == 0 for c in data["levels"].values())
+    verified = data["capabilities"]["verified"]
+    for cap in ("persistent", "shared_across_processes", "zero_copy", "hybrid_pools", "mla", "delete"):
+        assert verified[cap] == "verified", (cap, verified[cap])
+
+
+def test_dirstore_capabilities_are_derived_and_objects_are_files(tmp_path: Path) -> None:
+    from dirstore_backend import DirStorage, DirTransport
+
+    assert DirStorage.capabilities == Capabilities(
+        zero_copy=True,
+        hybrid_pools=True,
+        mla=True,
+        persistent=True,
+        shared_across_processes=True,
+        delete=True,
+        health=True,
+    )
+    root = tmp_path / "objs"
+    t = DirTransport(DirStorage.config_cls.from_mapping({"root": str(root)}))
+    buf = bytearray(b"abcdefgh")
+    arr = (ctypes.c_char * 8).from_buffer(buf)
+    addr = ctypes.addressof(arr)
+    assert t.write(["ns/a"], [[(addr, 4), (addr + 4, 4)]]) == [True]
+    assert (root / "ns%2Fa").read_bytes() == b"abcdefgh"
+    buf[:] = b"zzzzzzzz"
+    assert t.write(["ns/a"], [[(addr, 8)]]) == [True]  # create-if-absent: not rewritten
+    assert (root / "ns%2Fa").read_bytes() == b"abcdefgh"
+    assert t.exists(["ns/a", "ns/b"]) == [8, None]
+    assert t.read(["ns/a"], [[(addr, 4)]]) == [False]  # size mismatch is never a hit
+    assert t.read(["ns/a"], [[(addr, 8)]]) == [True] and bytes(buf) == b"abcdefgh"
+    t.clear("ns/")
+    assert t.exists(["ns/a"]) == [None] and list(root.iterdir()) == []
+    t.close()
+
+
+def test_dirstore_registered_by_name(tmp_path: Path) -> None:
+    from dirstore_backend import DirStorage
+
+    from hicache_sdk.registry import create_backend, register_backend, unregister_backend
+
+    register_backend("dirstore", DirStorage)
+    try:
+        b = create_backend("dirstore", config={"root": str(tmp_path)})
+        assert isinstance(b, DirStorage) and b.config.root == str(tmp_path)
+        b.close()
+    finally:
+        unregister_backend("dirstore")
+
+
+def test_contract_example_passes_the_contract_profile(tmp_path: Path) -> None:
+    data = _check(tmp_path, "contract_backend:DictPagesStorage", {}, "--profile", "contract")
+    assert data["ok"] is True
+    assert sum(c["passed"] for c in data["levels"].values()) >= 10
+    # declares nothing: capabilities inferred from the methods (no v1, no v2; clear -> delete)
+    assert data["capabilities"]["inferred"] == ["delete"]
+
+
+def test_contract_example_round_trip_on_the_generic_path() -> None:
+    import torch
+    from contract_backend import DictPagesStorage
+
+    b = DictPagesStorage(HiCacheStorageConfig(model_name="m", extra_config={"namespace": "doc-rt"}), {})
+    page = torch.arange(16, dtype=torch.float32)
+    assert b.batch_set(["h0", "h1"], [page, page + 1]) is True
+    assert b.set("h0", page + 5) is True  # existing: success, not rewritten
+    assert b.batch_exists(["h0", "h1", "h2", "h0"]) == 2
+    out = torch.empty(16)
+    assert b.get("h0", out) is out and torch.equal(out, page)
+    assert b.get("h2", out) is None
+    b.clear()
+    assert b.exists("h0") is False
+
+
+def test_hit_merging_example_numbers() -> None:
+    import hit_merging
+
+    out = hit_merging.main()
+    fold, backend, ranks = out["fold"], out["memory backend"], out["two ranks"]
+    assert fold["0.5.23 kv_hit_pages"] == 5 and fold["0.5.23 restorable_prefix_pages"] == [5]
+    assert fold["min-of-maxima kv_hit_pages"] == 8
+    assert fold["0.5.23 extra_pool_hit_pages"] == {"kv": 10, "mamba": 8, "swa": 9}
+    assert backend == {
+        "kv_hit_pages": 5,
+        "restorable_prefix_pages": [5],
+        "extra_pool_hit_pages": {"kv": 10, "mamba": 8, "swa": 9},
+    }
+    assert ranks["rank0 restorable"] == [5] and ranks["rank1 restorable"] == [8]
+    assert ranks["agreed hit pages"] == 0
