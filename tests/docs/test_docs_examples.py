@@ -170,3 +170,33 @@ def test_transport_kit_declaration_example_runs(monkeypatch: pytest.MonkeyPatch)
     )
     cfg = ns["MyConfig"].from_mapping({"max_value_bytes": "64mb", "connect_timeout_s": "500ms"}, environ={})
     assert (cfg.max_value_bytes, cfg.connect_timeout_s) == (64 << 20, 0.5)
+
+
+def test_every_test_the_docs_cite_exists() -> None:
+    """``path.py::test_name``, ``::test_name`` (same file as the previous citation),
+    ``conformance::test_name`` and bare ``tests/...py`` citations in docs/*.md name real tests."""
+    import re
+
+    root = EXAMPLES.parents[1]
+    suite = "\n".join(
+        p.read_text(encoding="utf-8") for p in (root / "conformance/hicache_conformance/suite").glob("*.py")
+    )
+    checked = 0
+    for page in sorted((root / "docs").glob("*.md")):  # backends/*.md cite paths relative to their folder
+        text = page.read_text(encoding="utf-8")
+        last_file: str | None = None
+        for m in re.finditer(r"`((?:[\w./-]+\.py)|conformance)?::(test_\w+)", text):
+            path, name = m.group(1), m.group(2)
+            if path == "conformance":
+                assert re.search(rf"def {name}\b", suite), f"{page.name}: conformance::{name} does not exist"
+                last_file = "conformance"
+            else:
+                path = path or last_file
+                assert path, f"{page.name}: ::{name} without a file"
+                last_file = path
+                body = suite if path == "conformance" else (root / path).read_text(encoding="utf-8")
+                assert re.search(rf"def {name}\b", body), f"{page.name}: {path}::{name} does not exist"
+            checked += 1
+        for m in re.finditer(r"`((?:tests|backends|conformance)/[\w./-]+\.py)`", text):
+            assert (root / m.group(1)).exists(), f"{page.name}: {m.group(1)} does not exist"
+    assert checked >= 50
