@@ -116,10 +116,17 @@ def test_contract_example_round_trip_on_the_generic_path() -> None:
     assert b.exists("h0") is False
 
 
-def test_hit_merging_example_numbers() -> None:
+def _printed_output_is_quoted_in_concepts(capsys: pytest.CaptureFixture[str]) -> None:
+    printed = capsys.readouterr().out.strip()
+    page = (EXAMPLES.parent / "concepts.md").read_text(encoding="utf-8")
+    assert printed and f"```\n{printed}\n```" in page, "docs/concepts.md quotes other output:\n" + printed
+
+
+def test_hit_merging_example_numbers(capsys: pytest.CaptureFixture[str]) -> None:
     import hit_merging
 
     out = hit_merging.main()
+    _printed_output_is_quoted_in_concepts(capsys)
     fold, backend, ranks = out["fold"], out["memory backend"], out["two ranks"]
     assert fold["0.5.23 kv_hit_pages"] == 5 and fold["0.5.23 restorable_prefix_pages"] == [5]
     assert fold["min-of-maxima kv_hit_pages"] == 8
@@ -200,3 +207,18 @@ def test_every_test_the_docs_cite_exists() -> None:
         for m in re.finditer(r"`((?:tests|backends|conformance)/[\w./-]+\.py)`", text):
             assert (root / m.group(1)).exists(), f"{page.name}: {m.group(1)} does not exist"
     assert checked >= 50
+
+
+def test_three_hits_example_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    import three_hits
+
+    out = three_hits.main()
+    _printed_output_is_quoted_in_concepts(capsys)
+    cold, failed = out["cold"], out["cold, H2D copy fails"]
+    assert out["warm"]["why_not"] == ["below_threshold"] and out["warm"]["prefill computed tokens"] == 64
+    assert cold["in_l3"] == {"answer": True, "tokens": 64, "candidate_tokens": 64}
+    assert cold["committed_to_gpu"] == {"answer": True, "tokens": 64} and cold["prefill computed tokens"] == 0
+    # same L3 hit and host fill, nothing committed: the whole prompt is recomputed
+    assert failed["in_l3"] == cold["in_l3"] and failed["filled_into_host"] == cold["filled_into_host"]
+    assert failed["committed_to_gpu"] == {"answer": False, "tokens": 0}
+    assert failed["why_not"] == ["transfer_failed"] and failed["prefill computed tokens"] == 64
