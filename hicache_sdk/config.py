@@ -259,6 +259,12 @@ class BackendConfig:
         """Keys accepted and ignored besides :data:`LOADER_KEYS` (override to extend)."""
         return frozenset()
 
+    def exists_cache_ttl(self) -> float:
+        """The TTL of the adapter's existence cache (:class:`~hicache_sdk.kit.existence.CachedExistence`):
+        ``exists_cache_ttl_s`` (``0``: no cache, ``-1``: forever). A backend with its own
+        legacy setting for it (the file backend's ``enable_metadata_cache``) overrides this."""
+        return float(self.exists_cache_ttl_s)
+
     def __post_init__(self) -> None:
         hints: dict[str, Any] | None = None
         for f in dataclasses.fields(self):

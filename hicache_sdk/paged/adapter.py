@@ -117,7 +117,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         self.raw_transport.failures.bind(self.metrics.error)
         self.scheme.bind_transport(self.raw_transport)  # its name rule (KeyScheme.check_storable)
         inner: Transport = self.raw_transport
-        ttl = float(getattr(self.config, "exists_cache_ttl_s", 0) or 0)
+        ttl = float(self.config.exists_cache_ttl())
         if ttl:
             from ..kit.existence import CachedExistence
 

@@ -13,15 +13,14 @@ import errno
 import stat
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from hicache_sdk.transport import Segments
+from hicache_sdk.kit import FanOut
+from hicache_sdk.transport import Segments, Transport
 
 from .beneath import Beneath
 from .capacity import CapacityLedger
 from .config import FileConfig
-from .metacache import MetadataCache
 from .names import check_names
 from .vio import check_segments
 
@@ -48,7 +47,7 @@ def reason_of(e: OSError) -> str:
     return REASONS.get(e.errno or 0, "io")
 
 
-class FileBase:
+class FileBase(Transport):
     """State and shared helpers of :class:`~.file_transport.FileTransport` (not used alone:
     ``FileTransport.__init__`` sets every attribute declared here)."""
 
@@ -58,10 +57,8 @@ class FileBase:
     _fs: Beneath  # resolves names beneath _root_fd, never through a symlink
     _closed: bool
     _lock: threading.Lock  # guards the counters and the closed flag
-    _errors: dict[str, int]
-    metadata_cache: MetadataCache | None
     ledger: CapacityLedger | None  # set when a byte limit is configured
-    _pool: ThreadPoolExecutor | None  # io_threads - 1 workers (None: io_threads == 1)
+    _fan: FanOut  # the io_threads fan-out of a write batch (the kit's)
 
     @staticmethod
     def _check_batch(keys: Sequence[str], buffers: Sequence[Segments]) -> int:
@@ -74,24 +71,14 @@ class FileBase:
         return len(keys)
 
     def _count(self, reason: str, n: int = 1) -> None:
-        with self._lock:
-            self._errors[reason] = self._errors.get(reason, 0) + n
+        """Count a failure reason through the kit's sink (``Transport.count_failure``): the
+        adapter forwards it to its metrics (``get_stats``, ``hicache ping``)."""
+        self.count_failure(reason, n)
 
     def _parallel(self, n: int, fn: Callable[[int], T]) -> list[T]:
-        """``[fn(i) for i in range(n)]`` spread over the workers and the calling thread."""
-        if self._pool is None or n < 2:
-            return [fn(i) for i in range(n)]
-        parts = min(self.config.io_threads, n)
-        bounds = [(n * p // parts, n * (p + 1) // parts) for p in range(parts)]
-
-        def run(lo_hi: tuple[int, int]) -> list[T]:
-            return [fn(i) for i in range(*lo_hi)]
-
-        futures = [self._pool.submit(run, b) for b in bounds[1:]]
-        out = run(bounds[0])
-        for f in futures:
-            out.extend(f.result())
-        return out
+        """``[fn(i) for i in range(n)]`` spread over ``io_threads`` (the calling thread
+        takes a share)."""
+        return self._fan.map(fn, range(n))
 
     def _stat_size(self, name: str) -> int | None:
         """The size of ``name`` if it is a regular file (no symlink is followed, on any

@@ -99,6 +99,13 @@ class FileConfig(BackendConfig):
     direct_io: bool = True
     stale_temp_s: float = setting(600.0, ge=0, le=1e9, unit="seconds")
 
+    def exists_cache_ttl(self) -> float:
+        """SGLang's ``enable_metadata_cache`` / ``metadata_ttl`` select the adapter's existence
+        cache when ``exists_cache_ttl_s`` is not set (``metadata_ttl`` 0: no cache)."""
+        if self.exists_cache_ttl_s == 0 and self.enable_metadata_cache:
+            return float(self.metadata_ttl)
+        return float(self.exists_cache_ttl_s)
+
     def __post_init__(self) -> None:
         super().__post_init__()  # types, units, ranges and finiteness of every field
         parse_size(self.max_size, "max_size")

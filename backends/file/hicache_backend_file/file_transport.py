@@ -47,6 +47,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import ClassVar
 
 from hicache_sdk.capabilities import Capabilities
+from hicache_sdk.kit import FanOut
 from hicache_sdk.transport import Transport
 
 try:  # the C loop of exists; optional (see pyproject.toml)
@@ -59,7 +60,6 @@ from .beneath import Beneath
 from .capacity import CapacityLedger
 from .config import FileConfig, resolve_root
 from .fsops import prepare_root, process_umask, remove_stale_temps, walk_pages
-from .metacache import MetadataCache
 from .names import check_names, check_prefix
 from .reads import ReadPath, probe_nowait
 from .writes import WritePath
@@ -113,14 +113,12 @@ class FileTransport(ReadPath, WritePath, Transport):
             )
         self._closed = False
         self._lock = threading.Lock()
-        self._errors = {}
         self._direct = bool(config.direct_io) and hasattr(os, "O_DIRECT")
         self._direct_bytes = 0
         self._nowait = probe_nowait(self._root_fd)  # decided once, here
         umask = process_umask()
         self._chmod_files = umask is None or bool(config.file_mode & umask)
         self._chmod_dirs = umask is None or bool(config.dir_mode & umask)
-        self.metadata_cache = MetadataCache(config.metadata_ttl) if config.enable_metadata_cache else None
         limit, min_free = config.byte_limit, config.min_free_bytes
         self.ledger = None
         if (limit > 0 or min_free > 0) and not self.read_only:  # nothing is ever written
@@ -129,15 +127,10 @@ class FileTransport(ReadPath, WritePath, Transport):
                 limit,
                 config.eviction_ratio,
                 config.file_mode,
-                on_evict=self.metadata_cache.remove if self.metadata_cache is not None else None,
                 min_free=min_free,
                 fs=self._fs,
             )
-        self._pool = (
-            ThreadPoolExecutor(config.io_threads - 1, thread_name_prefix="hicache-file")
-            if config.io_threads > 1
-            else None
-        )
+        self._fan = FanOut(config.io_threads, "hicache-file")
         self._cold_pool = (
             ThreadPoolExecutor(config.cold_read_threads - 1, thread_name_prefix="hicache-file-cold")
             if config.cold_read_threads > 1
@@ -145,17 +138,16 @@ class FileTransport(ReadPath, WritePath, Transport):
         )
         self._tls = threading.local()
         self._cleanup: Future[int] | None = None
-        if self._pool is not None:
-            self._cleanup = self._pool.submit(remove_stale_temps, self._fs, config.stale_temp_s)
+        if self._cold_pool is not None and config.io_threads > 1:  # in the background (io_threads 1: inline)
+            self._cleanup = self._cold_pool.submit(remove_stale_temps, self._fs, config.stale_temp_s)
         else:
             remove_stale_temps(self._fs, config.stale_temp_s)
 
     # ------------------------------------------------------------------ bookkeeping
 
     def errors(self) -> dict[str, int]:
-        """Failures so far by reason (a copy)."""
-        with self._lock:
-            return dict(self._errors)
+        """Failures so far by reason (a copy of :attr:`failures`, the kit's sink)."""
+        return self.failures.snapshot()
 
     @staticmethod
     def check_names(names: Sequence[str]) -> None:
@@ -174,22 +166,12 @@ class FileTransport(ReadPath, WritePath, Transport):
 
     def exists(self, keys: Sequence[str]) -> list[int | None]:
         """Sizes of present regular files, ``None`` otherwise (symlinks are not pages).
-        With the metadata cache, a cached hit skips the ``stat``."""
+        SGLang's metadata cache (``enable_metadata_cache``) is the kit's
+        :class:`~hicache_sdk.kit.existence.CachedExistence` in front of this transport."""
         check_names(keys)
         if self._closed:
             return [None] * len(keys)
-        mc = self.metadata_cache
-        if mc is None:
-            return self._stat_sizes(keys)
-        out = mc.get_many(keys)
-        todo = [i for i, size in enumerate(out) if size is None]
-        if todo:
-            found = self._stat_sizes([keys[i] for i in todo])
-            for i, size in zip(todo, found):
-                if size is not None:
-                    out[i] = size
-                    mc.put(keys[i], size)
-        return out
+        return self._stat_sizes(keys)
 
     def _stat_sizes(self, keys: Sequence[str]) -> list[int | None]:
         """:meth:`_stat_size` for many names: the C loop of :mod:`._fastfs` when it was
@@ -229,8 +211,6 @@ class FileTransport(ReadPath, WritePath, Transport):
             return
         freed = 0
         for k in keys:
-            if self.metadata_cache is not None:
-                self.metadata_cache.remove(k)
             size = self._stat_size(k) if self.ledger is not None else None
             try:
                 self._fs.unlink(k)
@@ -259,8 +239,6 @@ class FileTransport(ReadPath, WritePath, Transport):
                     self._fs.unlink(e.name)
                 except OSError:
                     pass
-        if self.metadata_cache is not None:
-            self.metadata_cache.clear(prefix)
         if self.ledger is not None:
             try:
                 self.ledger.resync()
@@ -287,9 +265,9 @@ class FileTransport(ReadPath, WritePath, Transport):
             if self._closed:
                 return
             self._closed = True
-        for pool in (self._pool, self._cold_pool):
-            if pool is not None:
-                pool.shutdown(wait=True)
+        self._fan.close()
+        if self._cold_pool is not None:
+            self._cold_pool.shutdown(wait=True)
         if self.ledger is not None:
             self.ledger.close()
         os.close(self._root_fd)

@@ -107,8 +107,6 @@ class ReadPath(FileBase):
 
     def _open_failed(self, name: str, e: OSError) -> None:
         self._count(reason_of(e))
-        if self.metadata_cache is not None:
-            self.metadata_cache.remove(name)
 
     def _read_one(self, name: str, segs: Segments) -> bool:
         """Open and read one object from scratch (the cold path's fallback)."""
@@ -240,8 +238,6 @@ class ReadPath(FileBase):
                     self.ledger.release(st.st_size)
         except OSError:
             pass
-        if self.metadata_cache is not None:
-            self.metadata_cache.remove(name)
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """Read each object into its segments; ``False`` for a missing object, a size that

@@ -172,8 +172,6 @@ class WritePath(FileBase):
             out[i] = ok
             if reserved[j] and not published:
                 unused += sizes[j]
-            if published and self.metadata_cache is not None:
-                self.metadata_cache.put(keys[i], sizes[j])
         if unused and self.ledger is not None:
             try:
                 self.ledger.release(unused)

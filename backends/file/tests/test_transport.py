@@ -16,6 +16,8 @@ from hicache_backend_file import FileTransport, RootError, vio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hicache_sdk.kit.existence import CachedExistence
+
 Make = Callable[..., FileTransport]
 
 
@@ -281,7 +283,8 @@ def test_injected_permission_denied_on_read(make_transport: Make, monkeypatch: p
 
 
 def test_deleted_between_exists_and_read(make_transport: Make, root: Path) -> None:
-    t = make_transport(enable_metadata_cache=True)
+    """SGLang's metadata cache is the kit's CachedExistence in front of the transport."""
+    t = CachedExistence(make_transport(), 5.0)
     p = pattern(1, 10)
     t.write(["a"], [segs(p)])
     assert t.exists(["a"]) == [10]
@@ -290,14 +293,28 @@ def test_deleted_between_exists_and_read(make_transport: Make, root: Path) -> No
     out = np.zeros(10, np.uint8)
     assert t.read(["a"], [segs(out)]) == [False]
     assert t.exists(["a"]) == [None]  # the failed read dropped the entry
-    assert t.errors() == {"not_found": 1}
+    assert t.inner.errors() == {"not_found": 1}  # type: ignore[attr-defined]
 
 
-def test_metadata_cache_ttl(make_transport: Make, root: Path) -> None:
-    t = make_transport(enable_metadata_cache=True, metadata_ttl=0.0)
-    t.write(["a"], [segs(pattern(1, 10))])
-    (root / "a").unlink()
-    assert t.exists(["a"]) == [None]  # ttl 0: entries expire at once
+@pytest.mark.parametrize(
+    ("enable", "ttl", "want"), [(True, 5.0, 5.0), (True, -1, -1.0), (True, 0.0, 0.0), (False, 5.0, 0.0)]
+)
+def test_metadata_cache_settings_select_the_adapter_cache(
+    enable: bool, ttl: float, want: float, root: Path
+) -> None:
+    from hicache_backend_file import FileStorage
+
+    from hicache_sdk.spec import HiCacheStorageConfig
+
+    cfg = {"root": str(root), "enable_metadata_cache": enable, "metadata_ttl": ttl}
+    s = FileStorage(HiCacheStorageConfig(extra_config=cfg), {})
+    try:
+        inner = s.transport.inner  # type: ignore[attr-defined]
+        assert isinstance(inner, CachedExistence) == (want != 0)
+        if want:
+            assert inner.ttl_s == want
+    finally:
+        s.close()
 
 
 def test_closed_transport_misses(make_transport: Make) -> None:
