@@ -8,8 +8,8 @@ that adds latency to every request. Prints throughput and ratios measured in thi
 Per size (64 x 256 KiB, 8 x 8 MiB) and op (set / get / exists): ours (S3Transport, page
 memory, ``max_concurrency=C``), raw boto3 (a ThreadPoolExecutor of C over put_object /
 get_object().read() / head_object on one client) and, through the proxy, a sequential
-raw-boto3 loop. Each figure is the median of ``--rounds`` (after one warm-up round); ``spread`` is max/min of our
-per-round ratios to raw.
+raw-boto3 loop. Each figure is the median of ``--rounds`` (after one warm-up round); ``spread`` is
+the range of the per-round ratios raw/ours. Ours and raw alternate which runs first in a round.
 """
 
 from __future__ import annotations
@@ -82,36 +82,53 @@ def run(url: str, n: int, size: int, conc: int, rounds: int, sequential: bool) -
     data = bytes(src.raw)
     segs = [(ctypes.addressof(src), size)]
     res: dict[str, list[tuple[float, float, float]]] = {"set": [], "get": [], "exists": []}
+
+    def put(k: str) -> Any:
+        return c.put_object(Bucket=BUCKET, Key=k, Body=data)
+
+    def get(k: str) -> Any:
+        return c.get_object(Bucket=BUCKET, Key=k)["Body"].read()
+
+    def head(k: str) -> Any:
+        return c.head_object(Bucket=BUCKET, Key=k)
+
     for rnd in range(rounds + 1):  # round 0 warms both sides up (connections, the write probe)
         tag = uuid.uuid4().hex[:8]
         ours = [f"o{tag}/{i}" for i in range(n)]
         raws = [f"hicache/r{tag}/{i}" for i in range(n)]
         seqs = [f"hicache/s{tag}/{i}" for i in range(n)]
         full_ours = [t.prefix + k for k in ours]
-        row = {}
-        o = timed(lambda: t.write(ours, [segs] * n))
-        r = timed(lambda: list(pool.map(lambda k: c.put_object(Bucket=BUCKET, Key=k, Body=data), raws)))
-        s = (
-            timed(lambda: [c.put_object(Bucket=BUCKET, Key=k, Body=data) for k in seqs])
-            if sequential
-            else 0.0
-        )
-        row["set"] = (o, r, s)
-        o = timed(lambda: t.read(ours, [[(ctypes.addressof(d), size)] for d in dst]))
-        r = timed(
-            lambda: list(pool.map(lambda k: c.get_object(Bucket=BUCKET, Key=k)["Body"].read(), full_ours))
-        )
-        s = (
-            timed(lambda: [c.get_object(Bucket=BUCKET, Key=k)["Body"].read() for k in full_ours])
-            if sequential
-            else 0
-        )
-        row["get"] = (o, r, s)
-        assert all(bytes(d.raw) == data for d in dst)
-        o = timed(lambda: t.exists(ours))
-        r = timed(lambda: list(pool.map(lambda k: c.head_object(Bucket=BUCKET, Key=k), full_ours)))
-        s = timed(lambda: [c.head_object(Bucket=BUCKET, Key=k) for k in full_ours]) if sequential else 0.0
-        row["exists"] = (o, r, s)
+        for d in dst:  # a read that lands nothing must fail the check below
+            ctypes.memset(d, 0, size)
+        rows: dict[str, dict[str, float]] = {}
+        ops: dict[str, dict[str, Callable[[], Any]]] = {
+            "set": {
+                "ours": lambda: t.write(ours, [segs] * n),
+                "raw": lambda: list(pool.map(put, raws)),
+                "seq": lambda: [put(k) for k in seqs],
+            },
+            "get": {
+                "ours": lambda: t.read(ours, [[(ctypes.addressof(d), size)] for d in dst]),
+                "raw": lambda: list(pool.map(get, full_ours)),
+                "seq": lambda: [get(k) for k in full_ours],
+            },
+            "exists": {
+                "ours": lambda: t.exists(ours),
+                "raw": lambda: list(pool.map(head, full_ours)),
+                "seq": lambda: [head(k) for k in full_ours],
+            },
+        }
+        for op, variants in ops.items():
+            # ours and raw alternate which goes first (odd rounds: raw first), so that
+            # neither always follows the other's load on the server (e.g. exists after
+            # 64 MiB of GETs); the sequential loop, when asked for, runs last.
+            first = ["ours", "raw"] if rnd % 2 == 0 else ["raw", "ours"]
+            order = first + (["seq"] if sequential else [])
+            times = {v: timed(variants[v]) for v in order}
+            rows[op] = {"ours": times["ours"], "raw": times["raw"], "seq": times.get("seq", 0.0)}
+            if op == "get":
+                assert all(bytes(d.raw) == data for d in dst)
+        row = {op: (r["ours"], r["raw"], r["seq"]) for op, r in rows.items()}
         for k, v in row.items():
             if rnd:
                 res[k].append(v)

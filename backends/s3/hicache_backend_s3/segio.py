@@ -1,22 +1,29 @@
 """Page memory as request bodies and response sinks, without whole-object copies.
 
-* :class:`SegmentReader`: a seekable, read-only file over an object's segments, for
-  ``put_object(Body=...)``: botocore hashes it (SigV4), seeks back and streams it; each
-  ``read`` copies only the bytes asked for (the socket needs bytes).
-* :func:`read_body_into`: stream a response body straight into the segments with
-  ``readinto`` on memoryviews of them: the one copy, socket to page memory.
+* :func:`page_body`: the ``put_object`` body of a page: a ``memoryview`` of its memory
+  when it is one segment (botocore hashes it and the socket sends it: no copy), else a
+  :class:`SegmentReader`.
+* :class:`SegmentReader`: a seekable, read-only file over an object's segments:
+  botocore hashes it (SigV4), seeks back and streams it; each ``read`` copies only the
+  bytes asked for (the socket needs bytes).
+* :func:`read_body_into`: stream a response body straight into the segments: the one
+  copy, socket to page memory. urllib3's own ``readinto`` reads a whole ``bytes`` first
+  and copies it (two copies), so the body is read from the underlying
+  ``http.client.HTTPResponse`` inside urllib3's error handling, which returns the
+  connection to the pool once the body is complete; when those urllib3 internals are
+  absent (another urllib3), it falls back to the body's ``readinto``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hicache_sdk import Segments
 
-__all__ = ["SegmentReader", "read_body_into", "segment_views", "total_size"]
+__all__ = ["SegmentReader", "page_body", "read_body_into", "segment_views", "total_size"]
 
 
 def total_size(segs: Segments) -> int:
@@ -28,18 +35,36 @@ def segment_views(segs: Segments) -> list[memoryview]:
     return [memoryview((ctypes.c_char * n).from_address(a)).cast("B") for a, n in segs if n]
 
 
-def read_body_into(body: Any, views: Sequence[memoryview]) -> bool:
-    """Fill every view from ``body`` (a botocore ``StreamingBody``) in order. ``False``
-    when the body ends early; a body longer than the views is the caller's check
-    (``ContentLength``)."""
+def page_body(segs: Segments) -> memoryview | SegmentReader:
+    """The request body for a page (see module docs); its ``len`` is the page size."""
+    views = segment_views(segs)
+    if len(views) == 1:
+        return views[0]
+    return SegmentReader(segs)
+
+
+def _fill(readinto: Callable[[memoryview], int | None], views: Sequence[memoryview]) -> bool:
     for mv in views:
         got, n = 0, len(mv)
         while got < n:
-            k = body.readinto(mv[got:])
+            k = readinto(mv[got:])
             if not k:
                 return False
             got += k
     return True
+
+
+def read_body_into(body: Any, views: Sequence[memoryview]) -> bool:
+    """Fill every view from ``body`` (a botocore ``StreamingBody``) in order. ``False``
+    when the body ends early; a body longer than the views is the caller's check
+    (``ContentLength``). I/O errors propagate (``OSError`` / urllib3 / botocore errors)."""
+    raw = getattr(body, "_raw_stream", None)  # urllib3 HTTPResponse
+    fp = getattr(raw, "_fp", None)  # http.client.HTTPResponse
+    catcher = getattr(raw, "_error_catcher", None)
+    if fp is None or catcher is None or not hasattr(fp, "readinto"):
+        return _fill(body.readinto, views)
+    with catcher():  # closes the connection on error, releases it to the pool when done
+        return _fill(fp.readinto, views)
 
 
 class SegmentReader(io.RawIOBase):

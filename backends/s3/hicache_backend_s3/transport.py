@@ -35,13 +35,37 @@ from hicache_sdk import Capabilities, HiCacheError, Segments, Transport, Transpo
 
 from .client import classify, make_client
 from .config import S3Config, attempts_within
-from .segio import SegmentReader, read_body_into, segment_views, total_size
+from .segio import page_body, read_body_into, segment_views, total_size
 
 __all__ = ["S3Transport"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_FAILED = object()  # a request that failed to connect / timed out
+
+
+class _Failed:
+    """A request that failed for an I/O reason; ``kind`` is :func:`classify`'s answer."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+
+#: Kinds that say nothing about the object: the next call may succeed.
+_TRANSIENT = ("connection", "throttled", "tls")
+
+
+def _batch_failed(fails: Sequence[_Failed], what: str) -> TransportError:
+    """The error of a batch whose every request failed: reason ``"tls"`` when each failed
+    TLS verification (a wrong or missing ``ca_bundle``), else ``"connection"``."""
+    tls = bool(fails) and all(f.kind == "tls" for f in fails)
+    if tls:
+        return TransportError(
+            f"every S3 {what} of the batch failed TLS verification (check verify / ca_bundle)",
+            reason="tls",
+        )
+    return TransportError(f"every S3 {what} of the batch failed", reason="connection")
 
 
 class S3Transport(Transport):
@@ -85,6 +109,13 @@ class S3Transport(Transport):
             return
         except Exception as e:
             kind = classify(e)
+            if kind == "tls":
+                log.warning(
+                    "s3: TLS verification of %s failed at construction (check verify / ca_bundle);"
+                    " calls miss with reason 'tls'",
+                    self.cfg.endpoint_url or "the AWS endpoint",
+                )
+                return
             if kind == "connection":
                 log.warning("s3: endpoint unreachable at construction (%s); will retry", type(e).__name__)
                 return
@@ -107,8 +138,8 @@ class S3Transport(Transport):
 
     # -- fan-out ---------------------------------------------------------------------------
     def _run(self, fn: Callable[[int], T], n: int) -> list[T | object]:
-        """``fn(i)`` for ``i < n`` on the pool, results in order; a connection-class failure
-        is ``_FAILED``. Every request failing that way raises ``TransportError``."""
+        """``fn(i)`` for ``i < n`` on the pool, results in order; a request that raised is a
+        :class:`_Failed`. Every request failing raises ``TransportError`` (:func:`_batch_failed`)."""
         if self._closed:
             raise TransportError("s3 transport is closed", reason="closed")
 
@@ -118,14 +149,14 @@ class S3Transport(Transport):
             except Exception as e:
                 kind = classify(e)
                 log.debug("s3 request failed (%s): %s", kind, type(e).__name__)
-                return _FAILED
+                return _Failed(kind)
 
         if n == 1:
             out: list[T | object] = [call(0)]
         else:
             out = [f.result() for f in [self._pool.submit(call, i) for i in range(n)]]
-        if n and all(r is _FAILED for r in out):
-            raise TransportError("every S3 request of the batch failed", reason="connection")
+        if n and all(isinstance(r, _Failed) for r in out):
+            raise _batch_failed([r for r in out if isinstance(r, _Failed)], "request")
         return out
 
     def _key(self, name: str) -> str:
@@ -148,11 +179,11 @@ class S3Transport(Transport):
                 if classify(e) == "missing":
                     return None
                 log.debug("s3 HEAD failed (%s): %s", classify(e), type(e).__name__)
-                return _FAILED
+                return _Failed(classify(e))
 
         first_miss = n
         nxt = 0
-        failed = 0
+        fails: list[_Failed] = []
         inflight: dict[Future[Any], int] = {}
         while nxt < min(n, first_miss + 1) or inflight:
             while nxt < min(n, first_miss + 1) and len(inflight) < self.cfg.max_concurrency:
@@ -162,15 +193,15 @@ class S3Transport(Transport):
             for f in done:
                 i = inflight.pop(f)
                 r = f.result()
-                if r is _FAILED:
-                    failed += 1
+                if isinstance(r, _Failed):
+                    fails.append(r)
                     first_miss = min(first_miss, i)
                 elif r is None:
                     first_miss = min(first_miss, i)
                 else:
                     out[i] = r
-        if failed and failed == nxt:
-            raise TransportError("every S3 HEAD of the batch failed", reason="connection")
+        if fails and len(fails) == nxt:
+            raise _batch_failed(fails, "HEAD")
         return out
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
@@ -207,7 +238,7 @@ class S3Transport(Transport):
                     raise
                 supported = True
         except Exception as e:
-            if classify(e) == "connection":
+            if classify(e) in _TRANSIENT:
                 raise  # unknown yet: probe again on the next write
             supported = False
         finally:
@@ -227,7 +258,8 @@ class S3Transport(Transport):
         try:
             conditional = self._conditional_supported()
         except Exception as e:
-            raise TransportError(f"s3 write failed ({classify(e)})", reason="connection") from None
+            kind = classify(e)
+            raise _batch_failed([_Failed(kind)], "write") from None
         first: dict[str, int] = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
@@ -243,14 +275,14 @@ class S3Transport(Transport):
                 except Exception as e:
                     if classify(e) != "missing":
                         raise
-            body = SegmentReader(buffers[i])
+            body = page_body(buffers[i])
             kw: dict[str, Any] = {"IfNoneMatch": "*"} if conditional else {}
             try:
                 self._xfer.put_object(Bucket=self.bucket, Key=key, Body=body, ContentLength=len(body), **kw)
             except Exception as e:
                 if classify(e) == "exists":
                     return True
-                if classify(e) in ("connection", "throttled"):
+                if classify(e) in _TRANSIENT:
                     raise
                 log.debug("s3 PUT refused: %s", type(e).__name__)
                 return False

@@ -212,3 +212,44 @@ def test_dropped_connections_are_misses_then_recover(
         assert out.bytes == b"x" * 100
     finally:
         proxy.close()
+
+
+def test_put_has_no_expect_header_and_one_segment_goes_uncopied(make: Callable[..., S3Transport]) -> None:
+    # botocore adds "Expect: 100-continue" to every PUT of a file-like body: one more round
+    # trip per page (and a 1 s stall behind a server that never answers 100). A one-segment
+    # page is sent from its own memory (a memoryview body), a multi-segment one as a file.
+    t = make(conditional_put="on")
+    sent: list[tuple[str | None, str]] = []
+    t._xfer.meta.events.register(
+        "before-send.s3.PutObject",
+        lambda request, **kw: sent.append((request.headers.get("Expect"), type(request.body).__name__)),
+    )
+    one, two = Buf(payload(1, 1 << 16)), Buf(payload(2, 1 << 16))
+    assert t.write(["one", "two"], [one.segs, two.split(100)]) == [True, True]
+    assert sorted(sent, key=lambda x: x[1]) == [(None, "SegmentReader"), (None, "memoryview")]
+    out = Buf(1 << 16)
+    assert t.read(["two"], [out.segs]) == [True] and out.bytes == two.bytes
+
+
+def test_read_lands_in_page_memory_with_one_copy(make: Callable[..., S3Transport]) -> None:
+    # urllib3's readinto reads a whole bytes object first and copies it: a second copy of
+    # the page in Python memory. Ours reads from the socket into the page.
+    import tracemalloc
+
+    size = 4 << 20
+    t = make(max_concurrency=1)
+    assert t.write(["big"], [Buf(payload(3, size)).segs]) == [True]
+    out = Buf(size)
+    assert t.read(["big"], [Buf(size).segs]) == [True]  # warm: connection, code paths
+    tracemalloc.start()
+    try:
+        assert t.read(["big"], [out.segs]) == [True]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out.bytes == payload(3, size)
+    assert peak < size // 8, f"a read allocated {peak} bytes for a {size}-byte page"
+    # and the connection went back to the pool (one connection for every read so far)
+    pools = t._xfer._endpoint.http_session._manager.pools
+    keys = list(pools.keys())  # the container refuses plain iteration
+    assert [pools[k].num_connections for k in keys] == [1]
