@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -97,5 +98,10 @@ class S3Config(BackendConfig):
         for n in ("connect_timeout_s", "read_timeout_s"):
             if getattr(self, n) <= 0:
                 raise ValueError(f"{n} must be > 0, got {getattr(self, n)!r}")
+        if self.ca_bundle is not None:
+            if not self.verify:
+                raise ValueError("ca_bundle is set but verify is false: set one or the other")
+            if not os.path.isfile(self.ca_bundle):
+                raise ValueError(f"ca_bundle must be a readable CA bundle file, got {self.ca_bundle!r}")
         if (self.access_key_id is None) != (self.secret_access_key is None):
             raise ValueError("access_key_id and secret_access_key must be given together (or neither)")

@@ -324,10 +324,16 @@ class S3Transport(Transport):
             raise TransportError(f"s3 clear failed ({classify(e)})", reason="connection") from None
 
     def health(self) -> bool:
+        """``HeadBucket`` answered. A TLS verification failure raises
+        ``TransportError(reason="tls")`` instead of returning ``False``, so that the
+        resilience layer counts why the breaker stays open (a configuration mistake, not
+        an outage: the breaker's start probe and half-open probes report it)."""
         try:
             self._fast.head_bucket(Bucket=self.bucket)
             return True
-        except Exception:
+        except Exception as e:
+            if classify(e) == "tls":
+                raise _batch_failed([_Failed("tls")], "HeadBucket") from None
             return False
 
     def close(self) -> None:
