@@ -8,9 +8,10 @@ endpoint is not an error there (calls miss until it answers).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, List
 
 from hicache_sdk import BackendConfig, Capabilities, PagedStorage, Transport
+from hicache_sdk.paged.pools import check_keys
 
 from .config import S3Config
 from .transport import S3Transport
@@ -27,3 +28,16 @@ class S3Storage(PagedStorage):
 
     def create_transport(self, config: Any) -> Transport:
         return S3Transport(config)
+
+    def batch_delete(self, keys: List[str]) -> None:
+        """The adapter's ``batch_delete``. Under an ``sglang-*`` scheme the transport
+        refuses deletes it was not asked for (the adapter's removal of wrong-length
+        objects, which may be another deployment's), so the pages' object names are
+        marked as requested for the duration of the call."""
+        t = self.raw_transport
+        if not isinstance(t, S3Transport) or t.owns_names:
+            super().batch_delete(keys)
+            return
+        objs, _ = self._page_objects_nomem(self._require_kv("batch_delete"), check_keys(keys))
+        with t.deletes_requested([o.name for o in objs]):
+            super().batch_delete(keys)

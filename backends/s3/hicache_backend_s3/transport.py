@@ -12,9 +12,11 @@
   exists = success). Support is probed once (``conditional_put="auto"``); a store without
   it gets HEAD-then-PUT, whose race (two writers both see "absent" and both PUT) only
   ever replaces a page with a complete object of the same key.
-* **delete** under an ``sglang-*`` key scheme is refused (counted, nothing removed): a
-  shared bucket may hold another deployment's objects under those names, and without our
-  header nothing proves a wrong-length object is ours. ``clear`` still removes the prefix.
+* **delete** under an ``sglang-*`` key scheme removes only names inside
+  :meth:`S3Transport.deletes_requested` (what ``S3Storage.batch_delete`` asked for); the
+  adapter's removal of wrong-length objects is refused (counted in ``refused_deletes``):
+  a shared bucket may hold another deployment's objects under those names, and without
+  our header nothing proves a wrong-length object is ours. ``clear`` still removes the prefix.
 * **Faults**: 404 is a miss; throttling/5xx are retried by botocore within the deadline
   (:func:`~hicache_backend_s3.config.attempts_within`); a batch whose every request
   failed to connect raises ``TransportError(reason="connection")`` (misses, breaker).
@@ -27,8 +29,10 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar
 
 from hicache_sdk import Capabilities, HiCacheError, Segments, Transport, TransportError
@@ -98,6 +102,7 @@ class S3Transport(Transport):
         self._conditional: bool | None = {"on": True, "off": False}.get(cfg.conditional_put)
         self._closed = False
         self.refused_deletes = 0
+        self._requested: Counter[str] = Counter()  # names inside deletes_requested()
         self._check_bucket()
 
     # -- construction --------------------------------------------------------------------
@@ -292,13 +297,42 @@ class S3Transport(Transport):
         by_key = {keys[i]: r is True for i, r in zip(order, res)}
         return [by_key[k] for k in keys]
 
+    @property
+    def owns_names(self) -> bool:
+        """Whether every object under our names is provably ours (the default scheme's
+        header); otherwise only :meth:`deletes_requested` names are deleted."""
+        return self._own_names
+
+    @contextmanager
+    def deletes_requested(self, names: Sequence[str]) -> Iterator[None]:
+        """While open, :meth:`delete` removes these names even under an ``sglang-*``
+        scheme: a caller (``S3Storage.batch_delete``) asked for them, as opposed to the
+        adapter's removal of wrong-length objects, which stays refused. Keyed by name,
+        not by thread (the resilience layer may run the delete on another thread); a
+        delete that runs after the block closed (abandoned at its deadline) is refused."""
+        unique = list(dict.fromkeys(names))
+        with self._lock:
+            self._requested.update(unique)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._requested.subtract(unique)
+                for n in unique:
+                    if self._requested[n] <= 0:
+                        del self._requested[n]
+
     def delete(self, keys: Sequence[str]) -> None:
         if not keys or self._closed:
             return
+        unique = list(dict.fromkeys(keys))
         if not self._own_names:
-            self.refused_deletes += len(keys)
-            return
-        self._delete_objects([self._key(k) for k in dict.fromkeys(keys)])
+            with self._lock:
+                allowed = [k for k in unique if self._requested.get(k, 0) > 0]
+                self.refused_deletes += len(unique) - len(allowed)
+            unique = allowed
+        if unique:
+            self._delete_objects([self._key(k) for k in unique])
 
     def _delete_objects(self, full: list[str]) -> None:
         step = self.page_keys

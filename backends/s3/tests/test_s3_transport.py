@@ -107,6 +107,14 @@ def test_delete_refused_under_sglang_names(make: Callable[..., S3Transport]) -> 
     assert mine.exists(["d"]) == [3] and theirs.refused_deletes == 1
     mine.delete(["d"])
     assert mine.exists(["d"]) == [None]
+    # names a caller asked for (S3Storage.batch_delete) are deleted, the others refused
+    assert mine.write(["d", "e"], [Buf(b"abc").segs] * 2) == [True, True]
+    with theirs.deletes_requested(["d"]):
+        theirs.delete(["d", "e"])
+    assert mine.exists(["d"]) == [None] and mine.exists(["e"]) == [3]
+    assert theirs.refused_deletes == 2
+    theirs.delete(["e"])  # the window closed
+    assert mine.exists(["e"]) == [3] and theirs.refused_deletes == 3
 
 
 def test_missing_bucket_fails_and_create_is_opt_in(make: Callable[..., S3Transport]) -> None:
