@@ -5,12 +5,9 @@ guard that keeps credentials out of logs.
   and 5xx, jittered exponential back-off) with the given attempts, per-attempt connect /
   read timeouts, a connection pool sized to the concurrency, and payload checksums only
   where S3 requires them (a CRC over every page is CPU the SigV4 hash already spends).
-  Two botocore defaults are turned off for our calls, which the transport builds itself:
-  parameter validation (it rejects a ``memoryview`` body, which lets a one-segment page
-  go to the socket without a copy) and the ``Expect: 100-continue`` header that botocore
-  adds to every PUT of a file-like body (one more round trip per page, and a 1 s stall per
-  PUT against a server or proxy that never answers ``100``; raw boto3 with a ``bytes``
-  body does not send it either).
+  botocore's ``Expect: 100-continue`` header on every PUT of a file-like body is turned
+  off: one more round trip per page, and a 1 s stall per PUT against a server or proxy
+  that never answers ``100`` (raw boto3 with a ``bytes`` body does not send it either).
 * :func:`quiet_botocore_debug` drops DEBUG records of every ``botocore``/``boto3``/
   ``s3transfer``/``urllib3`` logger: botocore's DEBUG output prints request headers
   (``Authorization``, ``X-Amz-Security-Token``) and canonical requests. INFO and above pass.
@@ -75,7 +72,6 @@ def make_client(cfg: S3Config, *, attempts: int, connect_s: float, read_s: float
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
         tcp_keepalive=True,
-        parameter_validation=False,
     )
     verify: bool | str = cfg.ca_bundle if cfg.ca_bundle else cfg.verify
     global _SESSION

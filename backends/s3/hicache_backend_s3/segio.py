@@ -1,11 +1,12 @@
 """Page memory as request bodies and response sinks, without whole-object copies.
 
-* :func:`page_body`: the ``put_object`` body of a page: a ``memoryview`` of its memory
-  when it is one segment (botocore hashes it and the socket sends it: no copy), else a
-  :class:`SegmentReader`.
-* :class:`SegmentReader`: a seekable, read-only file over an object's segments:
-  botocore hashes it (SigV4), seeks back and streams it; each ``read`` copies only the
-  bytes asked for (the socket needs bytes).
+* :class:`SegmentReader`: a seekable, read-only file over an object's segments, the
+  ``put_object`` body of a page: botocore hashes it (SigV4 over plain HTTP), seeks back,
+  and urllib3 sends it chunk by chunk; botocore also seeks it back before a retry (a bare
+  ``memoryview`` body would fail every retry with ``UnseekableStreamError``). ``read``
+  returns read-only ``memoryview`` slices of the page memory (at most to the end of the
+  current segment, a legal short read), so neither the hash nor the socket copies the
+  page; only ``read()`` of everything across several segments builds ``bytes``.
 * :func:`read_body_into`: stream a response body straight into the segments: the one
   copy, socket to page memory. urllib3's own ``readinto`` reads a whole ``bytes`` first
   and copies it (two copies), so the body is read from the underlying
@@ -23,7 +24,7 @@ from typing import Any
 
 from hicache_sdk import Segments
 
-__all__ = ["SegmentReader", "page_body", "read_body_into", "segment_views", "total_size"]
+__all__ = ["SegmentReader", "read_body_into", "segment_views", "total_size"]
 
 
 def total_size(segs: Segments) -> int:
@@ -33,14 +34,6 @@ def total_size(segs: Segments) -> int:
 def segment_views(segs: Segments) -> list[memoryview]:
     """A writable byte memoryview per non-empty segment (valid while the memory is)."""
     return [memoryview((ctypes.c_char * n).from_address(a)).cast("B") for a, n in segs if n]
-
-
-def page_body(segs: Segments) -> memoryview | SegmentReader:
-    """The request body for a page (see module docs); its ``len`` is the page size."""
-    views = segment_views(segs)
-    if len(views) == 1:
-        return views[0]
-    return SegmentReader(segs)
 
 
 def _fill(readinto: Callable[[memoryview], int | None], views: Sequence[memoryview]) -> bool:
@@ -110,18 +103,24 @@ class SegmentReader(io.RawIOBase):
         self._pos += done
         return done
 
-    def read(self, size: int | None = -1) -> bytes:
-        want = self._size - self._pos
-        if size is not None and 0 <= size < want:
-            want = size
+    def read(self, size: int | None = -1) -> Any:
+        """Up to ``size`` bytes (all that is left for ``None`` / negative) as a read-only
+        ``memoryview`` of the page memory, ending at most at the current segment's end
+        (callers loop until an empty result). Reading everything across several segments
+        returns ``bytes`` (a copy)."""
+        left = self._size - self._pos
+        want = left if size is None or size < 0 or size > left else size
         skip = self._pos
-        for v in self._views:  # the common case: the range lies in one segment, one copy
+        for v in self._views:
             if skip < len(v):
-                if skip + want <= len(v):
-                    self._pos += want
-                    return v[skip : skip + want].tobytes()
+                if skip + want <= len(v) or (size is not None and size >= 0):
+                    k = min(want, len(v) - skip)
+                    self._pos += k
+                    return v[skip : skip + k].toreadonly()
                 break
             skip -= len(v)
+        if want == 0:
+            return b""
         buf = bytearray(want)
         n = self.readinto(buf)
         return bytes(buf) if n == want else bytes(buf[:n])

@@ -39,7 +39,7 @@ from hicache_sdk import Capabilities, HiCacheError, Segments, Transport, Transpo
 
 from .client import classify, make_client
 from .config import S3Config, attempts_within
-from .segio import page_body, read_body_into, segment_views, total_size
+from .segio import SegmentReader, read_body_into, segment_views, total_size
 
 __all__ = ["S3Transport"]
 
@@ -280,7 +280,7 @@ class S3Transport(Transport):
                 except Exception as e:
                     if classify(e) != "missing":
                         raise
-            body = page_body(buffers[i])
+            body = SegmentReader(buffers[i])
             kw: dict[str, Any] = {"IfNoneMatch": "*"} if conditional else {}
             try:
                 self._xfer.put_object(Bucket=self.bucket, Key=key, Body=body, ContentLength=len(body), **kw)
