@@ -35,10 +35,11 @@ from hicache_backend_s3 import S3Config, S3Transport  # noqa: E402
 BUCKET = "bench"
 
 
-def timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
+def timed(fn: Callable[[], Any]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process: every thread, not the server's)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def raw_client(url: str, conc: int) -> Any:
@@ -81,7 +82,7 @@ def run(url: str, n: int, size: int, conc: int, rounds: int, sequential: bool) -
     dst = [(ctypes.c_char * size)() for _ in range(n)]
     data = bytes(src.raw)
     segs = [(ctypes.addressof(src), size)]
-    res: dict[str, list[tuple[float, float, float]]] = {"set": [], "get": [], "exists": []}
+    res: dict[str, list[tuple[float, ...]]] = {"set": [], "get": [], "exists": []}
 
     def put(k: str) -> Any:
         return c.put_object(Bucket=BUCKET, Key=k, Body=data)
@@ -125,10 +126,16 @@ def run(url: str, n: int, size: int, conc: int, rounds: int, sequential: bool) -
             first = ["ours", "raw"] if rnd % 2 == 0 else ["raw", "ours"]
             order = first + (["seq"] if sequential else [])
             times = {v: timed(variants[v]) for v in order}
-            rows[op] = {"ours": times["ours"], "raw": times["raw"], "seq": times.get("seq", 0.0)}
+            rows[op] = {
+                "ours": times["ours"][0],
+                "raw": times["raw"][0],
+                "seq": times["seq"][0] if sequential else 0.0,
+                "ours_cpu": times["ours"][1],
+                "raw_cpu": times["raw"][1],
+            }
             if op == "get":
                 assert all(bytes(d.raw) == data for d in dst)
-        row = {op: (r["ours"], r["raw"], r["seq"]) for op, r in rows.items()}
+        row = {op: (r["ours"], r["raw"], r["seq"], r["ours_cpu"], r["raw_cpu"]) for op, r in rows.items()}
         for k, v in row.items():
             if rnd:
                 res[k].append(v)
@@ -145,10 +152,12 @@ def report(label: str, n: int, size: int, res: dict[str, Any], sequential: bool)
         o = statistics.median(r[0] for r in rows)
         r = statistics.median(r[1] for r in rows)
         ratios = [x[1] / x[0] for x in rows]
+        cpu = statistics.median(x[4] for x in rows) / max(statistics.median(x[3] for x in rows), 1e-9)
         line = (
             f"{label:10s} {op:6s} {n:3d} x {size >> 10:5d} KiB  ours {o * 1e3:8.1f} ms"
             f" ({mb / o if op != 'exists' else n / o:8.1f} {'MB/s' if op != 'exists' else 'op/s'})"
-            f"  raw {r * 1e3:8.1f} ms  ours/raw {r / o:5.2f} (spread {min(ratios):.2f}..{max(ratios):.2f})"
+            f"  raw {r * 1e3:8.1f} ms  ours/raw {r / o:5.2f} (spread {min(ratios):.2f}..{max(ratios):.2f},"
+            f" per-round median {statistics.median(ratios):.2f})  client CPU ours/raw {cpu:4.2f}"
         )
         if sequential:
             s = statistics.median(x[2] for x in rows)
@@ -161,17 +170,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--delay-ms", type=float, default=20.0)
+    ap.add_argument("--sizes", default="256k,8m", help="page sizes to run: 256k and/or 8m")
+    ap.add_argument("--paths", default="direct,proxy", help="direct and/or proxy (+delay)")
     a = ap.parse_args()
+    sizes = {"256k": (64, 256 << 10), "8m": (8, 8 << 20)}
+    todo = [sizes[x] for x in a.sizes.split(",")]
+    paths = a.paths.split(",")
     srv = MotoServer()
     srv.start()
     proxy = None
     try:
         srv.make_bucket(BUCKET)
         proxy = LatencyProxy(srv.port, a.delay_ms / 1000)
-        for n, size in ((64, 256 << 10), (8, 8 << 20)):
-            report("direct", n, size, run(srv.url, n, size, a.concurrency, a.rounds, False), False)
-            lbl = f"+{a.delay_ms:g}ms"
-            report(lbl, n, size, run(proxy.url, n, size, a.concurrency, a.rounds, True), True)
+        for n, size in todo:
+            if "direct" in paths:
+                report("direct", n, size, run(srv.url, n, size, a.concurrency, a.rounds, False), False)
+            if "proxy" in paths:
+                lbl = f"+{a.delay_ms:g}ms"
+                report(lbl, n, size, run(proxy.url, n, size, a.concurrency, a.rounds, True), True)
     finally:
         if proxy is not None:
             proxy.close()
