@@ -5,21 +5,28 @@ guard that keeps credentials out of logs.
   and 5xx, jittered exponential back-off) with the given attempts, per-attempt connect /
   read timeouts, a connection pool sized to the concurrency, and payload checksums only
   where S3 requires them (a CRC over every page is CPU the SigV4 hash already spends).
+  botocore's ``Expect: 100-continue`` header on every PUT of a file-like body is turned
+  off: one more round trip per page, and a 1 s stall per PUT against a server or proxy
+  that never answers ``100`` (raw boto3 with a ``bytes`` body does not send it either).
 * :func:`quiet_botocore_debug` drops DEBUG records of every ``botocore``/``boto3``/
   ``s3transfer``/``urllib3`` logger: botocore's DEBUG output prints request headers
   (``Authorization``, ``X-Amz-Security-Token``) and canonical requests. INFO and above pass.
 * :func:`classify` maps an exception of a call to ``"missing"``, ``"exists"`` (a failed
-  precondition), ``"connection"``, ``"throttled"``, ``"auth"`` or ``"error"``.
+  precondition), ``"tls"`` (the TLS handshake failed: certificate verification, a wrong
+  or missing ``ca_bundle``), ``"connection"``, ``"throttled"``, ``"auth"`` or ``"error"``.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from typing import Any
 
 import botocore.exceptions as bexc
+import botocore.handlers
 import botocore.session
+import urllib3.exceptions
 from botocore.config import Config
 
 from .config import S3Config
@@ -81,6 +88,7 @@ def make_client(cfg: S3Config, *, attempts: int, connect_s: float, read_s: float
             aws_session_token=cfg.session_token,
             config=bc,
         )
+    client.meta.events.unregister("before-call.s3", botocore.handlers.add_expect_header)
     quiet_botocore_debug()
     return client
 
@@ -90,6 +98,14 @@ def http_status(exc: BaseException) -> int:
     if isinstance(exc, bexc.ClientError):
         return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
     return 0
+
+
+def _is_tls(exc: BaseException) -> bool:
+    """botocore's ``SSLError`` (handshake / verification), or an ``ssl.SSLError`` from a
+    read wrapped by urllib3 (its ``SSLError``) or raw."""
+    if isinstance(exc, (bexc.SSLError, ssl.SSLError, urllib3.exceptions.SSLError)):
+        return True
+    return isinstance(getattr(exc, "error", None), (ssl.SSLError, urllib3.exceptions.SSLError))
 
 
 def classify(exc: BaseException) -> str:
@@ -108,8 +124,10 @@ def classify(exc: BaseException) -> str:
         if status >= 500:
             return "connection"
         return "error"
+    if _is_tls(exc):
+        return "tls"
     if isinstance(exc, (bexc.HTTPClientError, bexc.EndpointConnectionError, ConnectionError, TimeoutError)):
         return "connection"
-    if isinstance(exc, bexc.BotoCoreError):
+    if isinstance(exc, (bexc.BotoCoreError, urllib3.exceptions.HTTPError)):
         return "connection"
     return "error"

@@ -10,12 +10,20 @@
   (secret fields); when unset, the standard AWS chain (environment, profile, role) applies.
 * ``verify``: TLS verification (``False`` only for private test endpoints);
   ``ca_bundle``: a CA bundle file for private endpoints (overrides ``verify=True``).
-* ``max_concurrency``: the most requests in flight per transport (all caller threads
-  together); the connection pool is sized to it.
-* ``connect_timeout_s`` / ``read_timeout_s``: per attempt. ``max_attempts``: the retry
-  budget (botocore ``standard`` mode: throttling and 5xx, jittered exponential back-off);
-  the attempts actually used are cut so that every attempt and back-off fits the call's
-  deadline (``exists_timeout_s`` / ``transfer_timeout_s``), see :func:`attempts_within`.
+* ``max_concurrency`` [16, 1..1024]: the most requests in flight per transport (all
+  caller threads together); the connection pool is sized to it.
+* ``connect_timeout_s`` / ``read_timeout_s`` [0.5 / 1.0 s]: per attempt.
+  ``max_attempts`` [3, 1..20]: the retry budget (botocore ``standard`` mode: throttling and
+  5xx, jittered exponential back-off); the attempts actually used are cut so that every
+  attempt and back-off fits the call's deadline (``exists_timeout_s`` /
+  ``transfer_timeout_s``), see :func:`attempts_within`.
+* ``exists_timeout_s`` [**2.0 s**, the shared default is 0.2 s]: an existence query here
+  is HEAD requests over the network, not a local lookup: against real S3 a HEAD takes
+  tens of ms with a tail in the hundreds, a cold connection adds TCP + TLS handshakes,
+  and a batch of pages is several rounds at ``max_concurrency``. At 0.2 s ordinary
+  batches would be abandoned (misses counted as ``deadline``, then the breaker opens);
+  at 2 s an outage costs at most ``breaker_failures`` calls of 2 s before the breaker
+  answers at once. Lower it for a nearby S3-compatible store (e.g. ``0.5``).
 * ``conditional_put``: ``"auto"`` (probe ``If-None-Match: *`` once), ``"on"`` or
   ``"off"`` (HEAD-then-PUT, with a race: two writers may both PUT the same page; both write
   the same bytes for the same key, so a reader still sees one whole object).
@@ -23,10 +31,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import ClassVar
 
 from hicache_sdk import BackendConfig, secret_field
+from hicache_sdk.config import setting
 
 __all__ = ["S3Config", "attempts_within"]
 
@@ -66,13 +76,14 @@ class S3Config(BackendConfig):
     verify: bool = True
     ca_bundle: str | None = None
     create_bucket: bool = False
-    max_concurrency: int = 16
-    connect_timeout_s: float = 0.5
-    read_timeout_s: float = 1.0
-    max_attempts: int = 3
+    max_concurrency: int = setting(16, ge=1, le=1024)
+    connect_timeout_s: float = setting(0.5, gt=0, le=3600, unit="seconds")
+    read_timeout_s: float = setting(1.0, gt=0, le=3600, unit="seconds")
+    max_attempts: int = setting(3, ge=1, le=20)
     conditional_put: str = "auto"
-    exists_timeout_s: float = 2.0
-    transfer_timeout_s: float = 5.0
+    #: Raised from the shared 0.2 s (see the module docs); same range and unit.
+    exists_timeout_s: float = setting(2.0, ge=0, le=3600, unit="seconds")
+    transfer_timeout_s: float = setting(5.0, ge=0, le=3600, unit="seconds")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -90,12 +101,10 @@ class S3Config(BackendConfig):
             )
         if self.conditional_put not in ("auto", "on", "off"):
             raise ValueError(f"conditional_put must be 'auto', 'on' or 'off', got {self.conditional_put!r}")
-        if self.max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency!r}")
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
-        for n in ("connect_timeout_s", "read_timeout_s"):
-            if getattr(self, n) <= 0:
-                raise ValueError(f"{n} must be > 0, got {getattr(self, n)!r}")
+        if self.ca_bundle is not None:
+            if not self.verify:
+                raise ValueError("ca_bundle is set but verify is false: set one or the other")
+            if not os.path.isfile(self.ca_bundle):
+                raise ValueError(f"ca_bundle must be a readable CA bundle file, got {self.ca_bundle!r}")
         if (self.access_key_id is None) != (self.secret_access_key is None):
             raise ValueError("access_key_id and secret_access_key must be given together (or neither)")

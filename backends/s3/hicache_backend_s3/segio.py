@@ -1,17 +1,25 @@
 """Page memory as request bodies and response sinks, without whole-object copies.
 
-* :class:`SegmentReader`: a seekable, read-only file over an object's segments, for
-  ``put_object(Body=...)``: botocore hashes it (SigV4), seeks back and streams it; each
-  ``read`` copies only the bytes asked for (the socket needs bytes).
-* :func:`read_body_into`: stream a response body straight into the segments with
-  ``readinto`` on memoryviews of them: the one copy, socket to page memory.
+* :class:`SegmentReader`: a seekable, read-only file over an object's segments, the
+  ``put_object`` body of a page: botocore hashes it (SigV4 over plain HTTP), seeks back,
+  and urllib3 sends it chunk by chunk; botocore also seeks it back before a retry (a bare
+  ``memoryview`` body would fail every retry with ``UnseekableStreamError``). ``read``
+  returns read-only ``memoryview`` slices of the page memory (at most to the end of the
+  current segment, a legal short read), so neither the hash nor the socket copies the
+  page; only ``read()`` of everything across several segments builds ``bytes``.
+* :func:`read_body_into`: stream a response body straight into the segments: the one
+  copy, socket to page memory. urllib3's own ``readinto`` reads a whole ``bytes`` first
+  and copies it (two copies), so the body is read from the underlying
+  ``http.client.HTTPResponse`` inside urllib3's error handling, which returns the
+  connection to the pool once the body is complete; when those urllib3 internals are
+  absent (another urllib3), it falls back to the body's ``readinto``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hicache_sdk import Segments
@@ -28,18 +36,28 @@ def segment_views(segs: Segments) -> list[memoryview]:
     return [memoryview((ctypes.c_char * n).from_address(a)).cast("B") for a, n in segs if n]
 
 
-def read_body_into(body: Any, views: Sequence[memoryview]) -> bool:
-    """Fill every view from ``body`` (a botocore ``StreamingBody``) in order. ``False``
-    when the body ends early; a body longer than the views is the caller's check
-    (``ContentLength``)."""
+def _fill(readinto: Callable[[memoryview], int | None], views: Sequence[memoryview]) -> bool:
     for mv in views:
         got, n = 0, len(mv)
         while got < n:
-            k = body.readinto(mv[got:])
+            k = readinto(mv[got:])
             if not k:
                 return False
             got += k
     return True
+
+
+def read_body_into(body: Any, views: Sequence[memoryview]) -> bool:
+    """Fill every view from ``body`` (a botocore ``StreamingBody``) in order. ``False``
+    when the body ends early; a body longer than the views is the caller's check
+    (``ContentLength``). I/O errors propagate (``OSError`` / urllib3 / botocore errors)."""
+    raw = getattr(body, "_raw_stream", None)  # urllib3 HTTPResponse
+    fp = getattr(raw, "_fp", None)  # http.client.HTTPResponse
+    catcher = getattr(raw, "_error_catcher", None)
+    if fp is None or catcher is None or not hasattr(fp, "readinto"):
+        return _fill(body.readinto, views)
+    with catcher():  # closes the connection on error, releases it to the pool when done
+        return _fill(fp.readinto, views)
 
 
 class SegmentReader(io.RawIOBase):
@@ -85,18 +103,24 @@ class SegmentReader(io.RawIOBase):
         self._pos += done
         return done
 
-    def read(self, size: int | None = -1) -> bytes:
-        want = self._size - self._pos
-        if size is not None and 0 <= size < want:
-            want = size
+    def read(self, size: int | None = -1) -> Any:
+        """Up to ``size`` bytes (all that is left for ``None`` / negative) as a read-only
+        ``memoryview`` of the page memory, ending at most at the current segment's end
+        (callers loop until an empty result). Reading everything across several segments
+        returns ``bytes`` (a copy)."""
+        left = self._size - self._pos
+        want = left if size is None or size < 0 or size > left else size
         skip = self._pos
-        for v in self._views:  # the common case: the range lies in one segment, one copy
+        for v in self._views:
             if skip < len(v):
-                if skip + want <= len(v):
-                    self._pos += want
-                    return v[skip : skip + want].tobytes()
+                if skip + want <= len(v) or (size is not None and size >= 0):
+                    k = min(want, len(v) - skip)
+                    self._pos += k
+                    return v[skip : skip + k].toreadonly()
                 break
             skip -= len(v)
+        if want == 0:
+            return b""
         buf = bytearray(want)
         n = self.readinto(buf)
         return bytes(buf) if n == want else bytes(buf[:n])

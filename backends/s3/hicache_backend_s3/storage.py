@@ -8,9 +8,10 @@ endpoint is not an error there (calls miss until it answers).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, List
 
 from hicache_sdk import BackendConfig, PagedStorage
+from hicache_sdk.paged.pools import check_keys
 
 from .config import S3Config
 from .transport import S3Transport
@@ -24,3 +25,16 @@ class S3Storage(PagedStorage):
     config_cls: ClassVar[type[BackendConfig]] = S3Config
     transport_cls = S3Transport
     backend_name: ClassVar[str] = "s3"
+
+    def batch_delete(self, keys: List[str]) -> None:
+        """The adapter's ``batch_delete``. Under an ``sglang-*`` scheme the transport
+        refuses deletes it was not asked for (the adapter's removal of wrong-length
+        objects, which may be another deployment's), so the pages' object names are
+        marked as requested for the duration of the call."""
+        t = self.raw_transport
+        if not isinstance(t, S3Transport) or t.owns_names:
+            super().batch_delete(keys)
+            return
+        objs, _ = self._page_objects_nomem(self._require_kv("batch_delete"), check_keys(keys))
+        with t.deletes_requested([o.name for o in objs]):
+            super().batch_delete(keys)

@@ -12,9 +12,11 @@
   exists = success). Support is probed once (``conditional_put="auto"``); a store without
   it gets HEAD-then-PUT, whose race (two writers both see "absent" and both PUT) only
   ever replaces a page with a complete object of the same key.
-* **delete** under an ``sglang-*`` key scheme is refused (counted, nothing removed): a
-  shared bucket may hold another deployment's objects under those names, and without our
-  header nothing proves a wrong-length object is ours. ``clear`` still removes the prefix.
+* **delete** under an ``sglang-*`` key scheme removes only names inside
+  :meth:`S3Transport.deletes_requested` (what ``S3Storage.batch_delete`` asked for); the
+  adapter's removal of wrong-length objects is refused (counted in ``refused_deletes``):
+  a shared bucket may hold another deployment's objects under those names, and without
+  our header nothing proves a wrong-length object is ours. ``clear`` still removes the prefix.
 * **Faults**: 404 is a miss; throttling/5xx are retried by botocore within the deadline
   (:func:`~hicache_backend_s3.config.attempts_within`); a batch whose every request
   failed to connect raises ``TransportError(reason="connection")`` (misses, breaker).
@@ -27,8 +29,10 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar
 
 from hicache_sdk import Capabilities, HiCacheError, Segments, Transport, TransportError
@@ -41,7 +45,31 @@ __all__ = ["S3Transport"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_FAILED = object()  # a request that failed to connect / timed out
+
+
+class _Failed:
+    """A request that failed for an I/O reason; ``kind`` is :func:`classify`'s answer."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+
+#: Kinds that say nothing about the object: the next call may succeed.
+_TRANSIENT = ("connection", "throttled", "tls")
+
+
+def _batch_failed(fails: Sequence[_Failed], what: str) -> TransportError:
+    """The error of a batch whose every request failed: reason ``"tls"`` when each failed
+    TLS verification (a wrong or missing ``ca_bundle``), else ``"connection"``."""
+    tls = bool(fails) and all(f.kind == "tls" for f in fails)
+    if tls:
+        return TransportError(
+            f"every S3 {what} of the batch failed TLS verification (check verify / ca_bundle)",
+            reason="tls",
+        )
+    return TransportError(f"every S3 {what} of the batch failed", reason="connection")
 
 
 class S3Transport(Transport):
@@ -74,6 +102,7 @@ class S3Transport(Transport):
         self._conditional: bool | None = {"on": True, "off": False}.get(cfg.conditional_put)
         self._closed = False
         self.refused_deletes = 0
+        self._requested: Counter[str] = Counter()  # names inside deletes_requested()
         self._check_bucket()
 
     # -- construction --------------------------------------------------------------------
@@ -85,6 +114,13 @@ class S3Transport(Transport):
             return
         except Exception as e:
             kind = classify(e)
+            if kind == "tls":
+                log.warning(
+                    "s3: TLS verification of %s failed at construction (check verify / ca_bundle);"
+                    " calls miss with reason 'tls'",
+                    self.cfg.endpoint_url or "the AWS endpoint",
+                )
+                return
             if kind == "connection":
                 log.warning("s3: endpoint unreachable at construction (%s); will retry", type(e).__name__)
                 return
@@ -107,8 +143,8 @@ class S3Transport(Transport):
 
     # -- fan-out ---------------------------------------------------------------------------
     def _run(self, fn: Callable[[int], T], n: int) -> list[T | object]:
-        """``fn(i)`` for ``i < n`` on the pool, results in order; a connection-class failure
-        is ``_FAILED``. Every request failing that way raises ``TransportError``."""
+        """``fn(i)`` for ``i < n`` on the pool, results in order; a request that raised is a
+        :class:`_Failed`. Every request failing raises ``TransportError`` (:func:`_batch_failed`)."""
         if self._closed:
             raise TransportError("s3 transport is closed", reason="closed")
 
@@ -118,14 +154,14 @@ class S3Transport(Transport):
             except Exception as e:
                 kind = classify(e)
                 log.debug("s3 request failed (%s): %s", kind, type(e).__name__)
-                return _FAILED
+                return _Failed(kind)
 
         if n == 1:
             out: list[T | object] = [call(0)]
         else:
             out = [f.result() for f in [self._pool.submit(call, i) for i in range(n)]]
-        if n and all(r is _FAILED for r in out):
-            raise TransportError("every S3 request of the batch failed", reason="connection")
+        if n and all(isinstance(r, _Failed) for r in out):
+            raise _batch_failed([r for r in out if isinstance(r, _Failed)], "request")
         return out
 
     def _key(self, name: str) -> str:
@@ -148,11 +184,11 @@ class S3Transport(Transport):
                 if classify(e) == "missing":
                     return None
                 log.debug("s3 HEAD failed (%s): %s", classify(e), type(e).__name__)
-                return _FAILED
+                return _Failed(classify(e))
 
         first_miss = n
         nxt = 0
-        failed = 0
+        fails: list[_Failed] = []
         inflight: dict[Future[Any], int] = {}
         while nxt < min(n, first_miss + 1) or inflight:
             while nxt < min(n, first_miss + 1) and len(inflight) < self.cfg.max_concurrency:
@@ -162,15 +198,15 @@ class S3Transport(Transport):
             for f in done:
                 i = inflight.pop(f)
                 r = f.result()
-                if r is _FAILED:
-                    failed += 1
+                if isinstance(r, _Failed):
+                    fails.append(r)
                     first_miss = min(first_miss, i)
                 elif r is None:
                     first_miss = min(first_miss, i)
                 else:
                     out[i] = r
-        if failed and failed == nxt:
-            raise TransportError("every S3 HEAD of the batch failed", reason="connection")
+        if fails and len(fails) == nxt:
+            raise _batch_failed(fails, "HEAD")
         return out
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
@@ -207,7 +243,7 @@ class S3Transport(Transport):
                     raise
                 supported = True
         except Exception as e:
-            if classify(e) == "connection":
+            if classify(e) in _TRANSIENT:
                 raise  # unknown yet: probe again on the next write
             supported = False
         finally:
@@ -227,7 +263,8 @@ class S3Transport(Transport):
         try:
             conditional = self._conditional_supported()
         except Exception as e:
-            raise TransportError(f"s3 write failed ({classify(e)})", reason="connection") from None
+            kind = classify(e)
+            raise _batch_failed([_Failed(kind)], "write") from None
         first: dict[str, int] = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
@@ -250,7 +287,7 @@ class S3Transport(Transport):
             except Exception as e:
                 if classify(e) == "exists":
                     return True
-                if classify(e) in ("connection", "throttled"):
+                if classify(e) in _TRANSIENT:
                     raise
                 log.debug("s3 PUT refused: %s", type(e).__name__)
                 return False
@@ -260,13 +297,42 @@ class S3Transport(Transport):
         by_key = {keys[i]: r is True for i, r in zip(order, res)}
         return [by_key[k] for k in keys]
 
+    @property
+    def owns_names(self) -> bool:
+        """Whether every object under our names is provably ours (the default scheme's
+        header); otherwise only :meth:`deletes_requested` names are deleted."""
+        return self._own_names
+
+    @contextmanager
+    def deletes_requested(self, names: Sequence[str]) -> Iterator[None]:
+        """While open, :meth:`delete` removes these names even under an ``sglang-*``
+        scheme: a caller (``S3Storage.batch_delete``) asked for them, as opposed to the
+        adapter's removal of wrong-length objects, which stays refused. Keyed by name,
+        not by thread (the resilience layer may run the delete on another thread); a
+        delete that runs after the block closed (abandoned at its deadline) is refused."""
+        unique = list(dict.fromkeys(names))
+        with self._lock:
+            self._requested.update(unique)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._requested.subtract(unique)
+                for n in unique:
+                    if self._requested[n] <= 0:
+                        del self._requested[n]
+
     def delete(self, keys: Sequence[str]) -> None:
         if not keys or self._closed:
             return
+        unique = list(dict.fromkeys(keys))
         if not self._own_names:
-            self.refused_deletes += len(keys)
-            return
-        self._delete_objects([self._key(k) for k in dict.fromkeys(keys)])
+            with self._lock:
+                allowed = [k for k in unique if self._requested.get(k, 0) > 0]
+                self.refused_deletes += len(unique) - len(allowed)
+            unique = allowed
+        if unique:
+            self._delete_objects([self._key(k) for k in unique])
 
     def _delete_objects(self, full: list[str]) -> None:
         step = self.page_keys
@@ -292,10 +358,16 @@ class S3Transport(Transport):
             raise TransportError(f"s3 clear failed ({classify(e)})", reason="connection") from None
 
     def health(self) -> bool:
+        """``HeadBucket`` answered. A TLS verification failure raises
+        ``TransportError(reason="tls")`` instead of returning ``False``, so that the
+        resilience layer counts why the breaker stays open (a configuration mistake, not
+        an outage: the breaker's start probe and half-open probes report it)."""
         try:
             self._fast.head_bucket(Bucket=self.bucket)
             return True
-        except Exception:
+        except Exception as e:
+            if classify(e) == "tls":
+                raise _batch_failed([_Failed("tls")], "HeadBucket") from None
             return False
 
     def close(self) -> None:

@@ -107,6 +107,14 @@ def test_delete_refused_under_sglang_names(make: Callable[..., S3Transport]) -> 
     assert mine.exists(["d"]) == [3] and theirs.refused_deletes == 1
     mine.delete(["d"])
     assert mine.exists(["d"]) == [None]
+    # names a caller asked for (S3Storage.batch_delete) are deleted, the others refused
+    assert mine.write(["d", "e"], [Buf(b"abc").segs] * 2) == [True, True]
+    with theirs.deletes_requested(["d"]):
+        theirs.delete(["d", "e"])
+    assert mine.exists(["d"]) == [None] and mine.exists(["e"]) == [3]
+    assert theirs.refused_deletes == 2
+    theirs.delete(["e"])  # the window closed
+    assert mine.exists(["e"]) == [3] and theirs.refused_deletes == 3
 
 
 def test_missing_bucket_fails_and_create_is_opt_in(make: Callable[..., S3Transport]) -> None:
@@ -212,3 +220,131 @@ def test_dropped_connections_are_misses_then_recover(
         assert out.bytes == b"x" * 100
     finally:
         proxy.close()
+
+
+def test_put_has_no_expect_header_and_copies_no_page(make: Callable[..., S3Transport]) -> None:
+    # botocore adds "Expect: 100-continue" to every PUT of a file-like body: one more round
+    # trip per page (and a 1 s stall behind a server that never answers 100). The body
+    # hands out views of the page memory: neither the SigV4 hash nor the socket copies it.
+    import tracemalloc
+
+    size = 4 << 20
+    t = make(conditional_put="on")
+    sent: list[str | None] = []
+    t._xfer.meta.events.register(
+        "before-send.s3.PutObject", lambda request, **kw: sent.append(request.headers.get("Expect"))
+    )
+    one, two = Buf(payload(1, size)), Buf(payload(2, size))
+    assert t.write(["warm"], [Buf(16).segs]) == [True]
+    tracemalloc.start()
+    try:
+        assert t.write(["one", "two"], [one.segs, two.split(100_000)]) == [True, True]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert sent == [None, None, None]
+    assert peak < size // 8, f"a write allocated {peak} bytes for {size}-byte pages"
+    for name, src in (("one", one), ("two", two)):
+        out = Buf(size)
+        assert t.read([name], [out.segs]) == [True] and out.bytes == src.bytes
+
+
+def test_put_is_retried_after_a_503(make: Callable[..., S3Transport]) -> None:
+    # botocore seeks the body back before a retry: the body must be seekable (a bare
+    # memoryview fails every retry with UnseekableStreamError). The first attempt is
+    # answered 503 SlowDown by a botocore before-send hook; the retry reaches moto.
+    from botocore.awsrequest import AWSResponse
+
+    class _Raw:
+        def stream(self, **kw: Any) -> Iterator[bytes]:
+            yield b"<Error><Code>SlowDown</Code><Message>slow down</Message></Error>"
+
+    t = make(conditional_put="on", max_attempts=2)
+    attempts: list[int] = []
+
+    def first_attempt_503(request: Any, **kw: Any) -> AWSResponse | None:
+        attempts.append(1)
+        return AWSResponse(request.url, 503, {}, _Raw()) if len(attempts) == 1 else None
+
+    t._xfer.meta.events.register("before-send.s3.PutObject", first_attempt_503)
+    src = Buf(payload(4, 1 << 16))
+    assert t.write(["retried"], [src.segs]) == [True]
+    assert len(attempts) == 2
+    out = Buf(1 << 16)
+    assert t.read(["retried"], [out.segs]) == [True] and out.bytes == src.bytes
+
+
+def test_read_lands_in_page_memory_with_one_copy(make: Callable[..., S3Transport]) -> None:
+    # urllib3's readinto reads a whole bytes object first and copies it: a second copy of
+    # the page in Python memory. Ours reads from the socket into the page.
+    import tracemalloc
+
+    size = 4 << 20
+    t = make(max_concurrency=1)
+    assert t.write(["big"], [Buf(payload(3, size)).segs]) == [True]
+    out = Buf(size)
+    assert t.read(["big"], [Buf(size).segs]) == [True]  # warm: connection, code paths
+    tracemalloc.start()
+    try:
+        assert t.read(["big"], [out.segs]) == [True]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out.bytes == payload(3, size)
+    assert peak < size // 8, f"a read allocated {peak} bytes for a {size}-byte page"
+    # and the connection went back to the pool (one connection for every read so far)
+    pools = t._xfer._endpoint.http_session._manager.pools
+    keys = list(pools.keys())  # the container refuses plain iteration
+    assert [pools[k].num_connections for k in keys] == [1]
+
+
+def _doc_default(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"`{value}`" if value else '`""`'
+    if value == 256 << 20:
+        return "256 MiB"
+    return "0" if value == 0 else str(value)
+
+
+def test_every_config_key_is_documented() -> None:
+    """docs/backends/s3.md has one row per S3Config key with its env var and default,
+    and the shared keys the environment accepts too."""
+    import dataclasses
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[3] / "docs" / "backends" / "s3.md"
+    rows: dict[str, list[str]] = {}
+    for line in doc.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and cells[0].startswith("`") and cells[1].startswith("`HICACHE_S3_"):
+            rows[cells[0].strip("`")] = cells
+    fields = [f for f in dataclasses.fields(S3Config) if f.init]
+    assert sorted(rows) == sorted(f.name for f in fields)
+    for f in fields:
+        env, default = rows[f.name][1:3]
+        assert env == f"`HICACHE_S3_{f.name.upper()}`"
+        if f.name == "bucket":
+            assert default == "required"
+            continue
+        assert default.strip("*") == _doc_default(f.default), (f.name, default, f.default)
+        # the env var is the one from_mapping reads
+        if isinstance(f.default, (int, float)) and not isinstance(f.default, bool):
+            cfg = S3Config.from_mapping(
+                {"bucket": "abc"}, environ={f"HICACHE_S3_{f.name.upper()}": str(f.default)}
+            )
+            assert getattr(cfg, f.name) == f.default
+
+
+def test_timeouts_keep_the_shared_range_and_units() -> None:
+    from hicache_sdk import ConfigError
+
+    with pytest.raises(ConfigError, match="exists_timeout_s"):
+        S3Config.from_mapping({"bucket": "abc", "exists_timeout_s": -1}, environ={})
+    env = {"HICACHE_S3_EXISTS_TIMEOUT_S": "750ms", "HICACHE_S3_CONNECT_TIMEOUT_S": "250ms"}
+    cfg = S3Config.from_mapping({"bucket": "abc"}, environ=env)
+    assert (cfg.exists_timeout_s, cfg.connect_timeout_s) == (0.75, 0.25)
+    assert S3Config.from_mapping({"bucket": "abc"}, environ={}).exists_timeout_s == 2.0
