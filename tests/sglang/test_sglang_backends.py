@@ -2,9 +2,12 @@
 
 Every backend (``file``; ``redis``, ``s3`` and ``mooncake`` against a real ``redis-server``,
 ``moto_server`` and ``mooncake_master`` + holder started by this session) is built the way an
-operator selects it: SGLang's own ``StorageBackendFactory.create_backend("dynamic", ...)``
-with ``extra_config = {backend_name, module_path, class_name, interface_v1, backend: NAME,
-backend_config: {...}}``, which imports the bridge and constructs it. Each test uses two
+operator selects it: ``hicache sglang-args NAME --config JSON`` prints the SGLang flags
+(``--hicache-storage-backend dynamic --hicache-storage-backend-extra-config VALUE``, VALUE
+an ``@file`` of mode 0600 when the config holds a secret); SGLang's own
+``parse_storage_backend_extra_config`` reads VALUE, and SGLang's own
+``StorageBackendFactory.create_backend(BACKEND, HiCacheStorageConfig(extra_config=...), pool)``
+imports the bridge and constructs it, as ``attach_storage_backend`` does. Each test uses two
 bridges: a writer on one set of SGLang host pools and a reader built separately on another
 (so a hit is a hit in the backend, never in a local copy). Pools are SGLang's own classes:
 
@@ -22,7 +25,13 @@ byte; hit counts are exact; results are SGLang's ``PoolTransferResult`` / ``Stor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import json
+import os
+import shlex
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,12 +40,14 @@ from typing import Any
 import pytest
 import torch
 from sglang.srt.mem_cache import hicache_storage as sgl
+from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 from sglang.srt.observability.metrics_collector import StorageMetrics as SGLStorageMetrics
 from sglang_pools import PAGE_SIZE, POOLS, mamba_pool, mha_pool, swa_pool
 from sglang_servers import BACKEND_NAMES, backend_config
 
-from hicache_sdk.sglang import BRIDGE_EXTRA_CONFIG, HiCacheSDKStorage
+from hicache_sdk.cli import main as hicache_main
+from hicache_sdk.sglang import HiCacheSDKStorage
 
 N = 4
 #: The inner class each backend name resolves to (through its installed entry point).
@@ -75,6 +86,30 @@ def _starts(pool: Any, indices: torch.Tensor) -> list[int]:
 
 Make = Callable[..., Any]
 
+#: Config keys that hold a secret (declared ``secret`` by the backends' configs).
+SECRETS = {"s3": ["secret_access_key"]}
+
+
+def _sglang_flags(name: str, config: dict[str, Any], secret_file: Path) -> tuple[str, str]:
+    """``hicache sglang-args NAME --config JSON``: the operator's command, in process;
+    returns (``--hicache-storage-backend`` value, ``--hicache-storage-backend-extra-config``
+    value) from the one line it prints."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = hicache_main(
+            ["sglang-args", name, "--config", json.dumps(config), "--secret-file", str(secret_file)]
+        )
+    assert rc == 0
+    argv = shlex.split(out.getvalue().strip())
+    assert argv[0::2] == ["--hicache-storage-backend", "--hicache-storage-backend-extra-config"]
+    value = argv[3]
+    for key in SECRETS.get(name, []):  # a secret never reaches the command line
+        assert str(config[key]) not in out.getvalue()
+        assert value == f"@{secret_file}" and stat.S_IMODE(os.stat(secret_file).st_mode) == 0o600
+    if name not in SECRETS:
+        assert not value.startswith("@")
+    return argv[1], value
+
 
 @pytest.fixture(params=BACKEND_NAMES)
 def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
@@ -82,12 +117,15 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
     built by SGLang's factory and registered the way SGLang's cache controller does. Every
     bridge of one test shares the backend's namespace (model name and server config)."""
     name: str = request.param
-    cfg_values = backend_config(name, request, tmp_path)
+    backend_arg, extra_arg = _sglang_flags(name, backend_config(name, request, tmp_path), tmp_path / "x.json")
+    assert backend_arg == "dynamic"
     model = f"org/deep-{uuid.uuid4().hex[:8]}"
     made: list[Any] = []
 
     def build(kv_pool: Any, *, mla: bool = False, sidecars: dict[Any, Any] | None = None) -> Any:
-        extra = {**BRIDGE_EXTRA_CONFIG, "backend": name, "backend_config": dict(cfg_values)}
+        # SGLang's own reading of the flag (JSON or @file), a fresh dict per attach
+        extra = HybridCacheController.parse_storage_backend_extra_config(extra_arg)[0]
+        assert extra["backend"] == name
         cfg = sgl.HiCacheStorageConfig(
             tp_rank=0,
             tp_size=1,
@@ -101,7 +139,7 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
             model_name=model,
             extra_config=extra,
         )
-        bridge = StorageBackendFactory.create_backend("dynamic", cfg, kv_pool)
+        bridge = StorageBackendFactory.create_backend(backend_arg, cfg, kv_pool)
         made.append(bridge)
         assert type(bridge) is HiCacheSDKStorage and bridge.backend_name == name
         module, cls = INNER[name]
