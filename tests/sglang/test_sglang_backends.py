@@ -244,8 +244,36 @@ SIDECARS: dict[str, tuple[Callable[[], Any], int, list[int], list[int]]] = {
 }
 
 
+def _sglang_file_reference(
+    root: Path, pools: dict[Any, Any], put: list[Any], keys: list[str], probe: Any
+) -> Any:
+    """SGLang's own ``HiCacheFile`` holding the same pages (written by its own v2 path from
+    the same pools): its ``batch_exists_v2`` answer to ``probe`` is the reference."""
+    cfg = sgl.HiCacheStorageConfig(
+        tp_rank=0,
+        tp_size=1,
+        pp_rank=0,
+        pp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_mla_model=False,
+        enable_storage_metrics=False,
+        is_page_first_layout=True,
+        model_name="reference-model",
+        extra_config={},
+    )
+    root.mkdir(mode=0o700)
+    theirs = sgl.HiCacheFile(cfg, file_path=str(root))
+    theirs.register_mem_pool_host(pools[sgl.PoolName.KV])
+    for pool_name, pool in pools.items():
+        theirs.register_mem_host_pool_v2(pool, pool_name)
+    written = theirs.batch_set_v2(put)
+    assert all(all(v) for v in written.values()), written
+    return theirs.batch_exists_v2(keys, [probe])
+
+
 @pytest.mark.parametrize("sidecar", sorted(SIDECARS))
-def test_sidecar_pool_v2_and_generic(make: Make, sidecar: str) -> None:
+def test_sidecar_pool_v2_and_generic(make: Make, sidecar: str, tmp_path: Path) -> None:
     builder, window, with_side, restorable = SIDECARS[sidecar]
     pool_name = sgl.PoolName(sidecar)
     trailing = sgl.PoolHitPolicy.TRAILING_PAGES
@@ -263,13 +291,11 @@ def test_sidecar_pool_v2_and_generic(make: Make, sidecar: str) -> None:
     side_src = side_w.alloc(len(side_keys) * side_w.page_size)
     side_want = [_page(side_w, s) for s in _starts(side_w, side_src)]
     kv_want = [_page(kv_w, s) for s in _starts(kv_w, kv_src)]
-    put = w.batch_set_v2(
-        [
-            sgl.PoolTransfer(name=sgl.PoolName.KV, host_indices=kv_src, keys=keys),
-            sgl.PoolTransfer(name=pool_name, host_indices=side_src, keys=side_keys, hit_policy=trailing),
-        ],
-        INFO(),
-    )
+    put_transfers = [
+        sgl.PoolTransfer(name=sgl.PoolName.KV, host_indices=kv_src, keys=keys),
+        sgl.PoolTransfer(name=pool_name, host_indices=side_src, keys=side_keys, hit_policy=trailing),
+    ]
+    put = w.batch_set_v2(put_transfers, INFO())
     assert put == {"kv": [True] * n_kv, sidecar: [True] * len(side_keys)}
 
     # SGLang asks with placeholder keys of the window's length; the hit is the last prefix
@@ -279,6 +305,15 @@ def test_sidecar_pool_v2_and_generic(make: Make, sidecar: str) -> None:
     assert type(res) is sgl.PoolTransferResult
     assert res.kv_hit_pages == restorable[-1]
     assert res.restorable_prefix_pages == restorable
+    # ...exactly what SGLang's own HiCacheFile answers for the same pages (all three fields)
+    ref = _sglang_file_reference(
+        tmp_path / "sglang-reference", {sgl.PoolName.KV: kv_w, pool_name: side_w}, put_transfers, keys, probe
+    )
+    assert (res.kv_hit_pages, res.extra_pool_hit_pages, res.restorable_prefix_pages) == (
+        ref.kv_hit_pages,
+        ref.extra_pool_hit_pages,
+        ref.restorable_prefix_pages,
+    )
     assert r.batch_exists_v2(_keys("none", 3), [probe], INFO()).kv_hit_pages == 0
     assert r.batch_exists(keys) == n_kv  # the KV pages alone
 
