@@ -117,7 +117,10 @@ class Transport(ABC):
 
         ``True`` when the object now exists (written, or already present and left
         untouched). Publication is atomic: a concurrent reader sees the whole object or
-        nothing. Duplicate keys in one batch are allowed (the first write wins).
+        nothing. Duplicate keys in one batch are allowed: the first occurrence's bytes are
+        the ones stored (a later copy never replaces them) and every occurrence reports
+        that write's result (``TransportTests`` checks it; the paged adapter also writes
+        only the first occurrence).
         """
 
     @abstractmethod

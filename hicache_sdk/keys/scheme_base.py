@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -30,10 +30,21 @@ class KeyScheme(ABC):
     ``namespace_salt``. Pool geometry comes from :class:`PoolLayout` at call time.
 
     ``has_header``: objects start with the SDK page header (only the ``default`` scheme).
+
+    **Storable names.** A scheme refuses, with a ``ValueError`` naming the page hash and
+    before any I/O, every page whose object name its transport could not store. The
+    transport declares its rule by a ``check_names(names)`` method that raises
+    ``ValueError`` for a name it cannot store (the file transport: no component starting
+    with ``.``, none over 255 bytes, ...); :meth:`bind_transport` adopts it (the paged
+    adapter calls it once, after building the transport) and every scheme passes the
+    names it makes through :meth:`check_storable`. A transport without ``check_names``
+    stores any name the scheme makes.
     """
 
     name: ClassVar[str]
     has_header: ClassVar[bool] = False
+    #: The transport's name rule (:meth:`bind_transport`); ``None``: every name is storable.
+    _storable: Callable[[Sequence[str]], object] | None = None
 
     def __init__(
         self,
@@ -74,6 +85,35 @@ class KeyScheme(ABC):
         if not pool.has_buffer:
             return []
         return [(names, tuple(pool.flat_order))]
+
+    def bind_transport(self, transport: object) -> None:
+        """Adopt ``transport.check_names`` (when it has one) as the rule of
+        :meth:`check_storable`; see the class docs."""
+        check = getattr(transport, "check_names", None)
+        self._storable = check if callable(check) else None
+
+    def check_storable(self, page_hashes: Sequence[str], names: Sequence[str]) -> None:
+        """Raise ``ValueError`` naming the page hash when the bound transport refuses one
+        of ``names``; ``names[i]`` belongs to ``page_hashes[i]``, or all of them to the
+        single hash given (a page stored as several objects). The whole batch is checked
+        at once; only a refused batch is checked name by name to find the culprit."""
+        check = self._storable
+        if check is None or not names:
+            return
+        try:
+            check(names)
+            return
+        except ValueError:
+            pass
+        for i, n in enumerate(names):
+            try:
+                check([n])
+            except ValueError as e:
+                h = page_hashes[i] if len(page_hashes) == len(names) else page_hashes[0]
+                raise ValueError(
+                    f"page_hash {h!r}: this backend cannot store its object name {n!r} ({e})"
+                ) from None
+        raise ValueError(f"page_hash: the backend refused the object names {list(names)[:3]!r}...")
 
     def identity(self, pool: PoolLayout) -> bytes:
         """Bytes the default scheme's page header carries to reject foreign pages

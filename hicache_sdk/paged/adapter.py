@@ -32,16 +32,15 @@ Behaviour worth knowing:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, List, Optional
 
 from ..capabilities import ADAPTER, Capabilities
 from ..config import BackendConfig
-from ..errors import ConfigError, NotRegisteredError
+from ..errors import ConfigError
 from ..keys.scheme_base import KeyScheme
 from ..resilience import wrap_transport
 from ..resilience.metrics import Metrics
@@ -54,12 +53,13 @@ from ..spec import (
     PoolTransferResult,
     pool_name_str,
 )
-from ..transport import Segment, Transport
+from ..transport import Transport
 from .columns import build_columns, exists_columns, read_columns, write_columns
-from .header import digest
-from .legacy import LegacyPathMixin, new_flat_page
+from .legacy import LegacyPathMixin
 from .objects import ObjectEngine, ObjectIO
+from .plumbing import ObjectPathMixin
 from .pools import PoolState, TransferPlan, check_keys, check_policy, host_page_starts, resolve_transfers
+from .registration import PoolRegistryMixin
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 _KV = PoolName.KV.value
 
 
-class PagedStorage(LegacyPathMixin, HiCacheStorage):
+class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheStorage):
     """One generic ``HiCacheStorage`` implementation over a :class:`Transport`.
 
     Thread-safe: SGLang calls it from four controller threads at once; every call uses
@@ -115,6 +115,7 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
                 "not a hicache_sdk.Transport"
             )
         self.raw_transport.failures.bind(self.metrics.error)
+        self.scheme.bind_transport(self.raw_transport)  # its name rule (KeyScheme.check_storable)
         inner: Transport = self.raw_transport
         ttl = float(getattr(self.config, "exists_cache_ttl_s", 0) or 0)
         if ttl:
@@ -158,159 +159,6 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
             namespace_salt=self.config.namespace_salt,
         )
 
-    # -- identity ---------------------------------------------------------------------
-    @property
-    def is_storage_writer(self) -> bool:
-        """Whether this rank writes rank-replicated pools."""
-        sc = self.storage_config
-        value = getattr(sc, "is_storage_writer", None)
-        if value is None:  # SGLang < 0.5.23: MLA rank 0 writes
-            return not getattr(sc, "is_mla_model", False) or getattr(sc, "tp_rank", 0) == 0
-        return bool(value)
-
-    def _may_write(self, state: PoolState) -> bool:
-        return not state.layout.rank_replicated or self.is_storage_writer
-
-    # -- registration -----------------------------------------------------------------
-    def _describe(self, pool: Any, name: str, rank_replicated: bool | None) -> PoolState:
-        from ..hostpool.describe import describe_pool
-
-        layout = describe_pool(pool, name, rank_replicated=rank_replicated)
-        if rank_replicated is None and layout.kind != "mamba" and name != PoolName.MAMBA.value:
-            # SGLang names every non-Mamba sidecar rank-free exactly when the KV is (MLA).
-            mla = bool(getattr(self.storage_config, "is_mla_model", False))
-            layout = dataclasses.replace(layout, rank_replicated=mla)
-        identity = digest(self.scheme.identity(layout)) if self.scheme.has_header else None
-        return PoolState(name, pool, layout, identity)
-
-    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
-        """Register the anchor KV pool (rank-replicated when ``is_mla_model``). Its dtype,
-        layout and geometry come from the pool, never from config."""
-        rep = bool(getattr(self.storage_config, "is_mla_model", False))
-        state = self._describe(mem_pool_host, _KV, rep)
-        self._register_memory(mem_pool_host)
-        with self._lock:
-            self.mem_pool_host = mem_pool_host
-            self._kv = state
-
-    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
-        """Register one pool by name (a PoolName -- ours or SGLang's -- or a str). The
-        ``"kv"`` entry is the anchor: it registers it when none is yet, else it is kept
-        as registered. Mamba is rank-sharded; other sidecars are rank-replicated exactly
-        when the KV is (``is_mla_model``), as SGLang names them."""
-        name = pool_name_str(host_pool_name)
-        with self._lock:
-            if not hasattr(self, "registered_pools"):
-                self.registered_pools = {}
-            self.registered_pools[host_pool_name] = host_pool
-        if name == _KV:
-            if self._kv is None or self._kv.pool is not host_pool:
-                self.register_mem_pool_host(host_pool)
-            return
-        state = self._describe(host_pool, name, None)
-        self._register_memory(host_pool)
-        with self._lock:
-            self._pools[name] = state
-
-    def _register_memory(self, pool: Any) -> None:
-        """Tell the transport, once per distinct buffer, which host memory it will be
-        handed (``Transport.register_memory``); the resilience layer unregisters it on
-        close. A failure fails the registration (``TransportError`` propagates)."""
-        from ..hostpool.describe import pool_buffers
-
-        for region in pool_buffers(pool):
-            with self._lock:
-                if region in self._registered_memory:
-                    continue
-                self._registered_memory.add(region)
-            try:
-                self.transport.register_memory(*region)
-            except BaseException:
-                with self._lock:
-                    self._registered_memory.discard(region)
-                raise
-
-    def on_host_pools_registered(self) -> None:
-        """Fails the attach (``NotRegisteredError``) when no KV pool was registered."""
-        self._require_kv("on_host_pools_registered")
-
-    def _require_kv(self, op: str) -> PoolState:
-        kv = self._kv
-        if kv is None:
-            raise NotRegisteredError(
-                f"{type(self).__name__}.{op}() called before register_mem_pool_host(): "
-                "register the host KV pool first"
-            )
-        return kv
-
-    def _require_kv_bytes(self, op: str) -> PoolState:
-        kv = self._require_kv(op)
-        if not kv.layout.has_buffer:
-            raise ValueError(
-                f"{op}: the KV pool is a logical anchor without a KV buffer; it has no KV pages "
-                "to transfer (use batch_exists_v2 / batch_get_v2 for its extra pools)"
-            )
-        return kv
-
-    def _lookup(self, name: str) -> PoolState:
-        if name == _KV:
-            return self._require_kv_bytes(f"transfer {name!r}")
-        state = self._pools.get(name)
-        if state is None:
-            raise ValueError(f"pool {name!r} is not registered (register_mem_host_pool_v2 first)")
-        return state
-
-    # -- plumbing ------------------------------------------------------------------------
-    def _page_objects(
-        self, state: PoolState, keys: Sequence[str], starts: Sequence[int], *, write: bool
-    ) -> tuple[list[ObjectIO], list[int], Callable[[Sequence[bool]], None] | None]:
-        """The objects of pages ``keys`` at slots ``starts`` of ``state``'s pool, their
-        owning key index, and (pools without zero-copy page meta only) a finisher that
-        copies successfully read flat pages into the pool."""
-        from ..hostpool.describe import has_page_segments, page_segments
-
-        finish: Callable[[Sequence[bool]], None] | None = None
-        if has_page_segments(state.pool):
-            segs = page_segments(state.pool, state.layout, list(starts))
-        else:
-            segs, finish = self._copy_pages(state, starts, write)
-        fast = state.page_objects_fast(self.scheme, keys, segs)
-        if fast is not None:
-            return fast, list(range(len(keys))), finish
-        objs, owners = self._flat_batch(state, keys, segs)
-        return objs, owners, finish
-
-    @staticmethod
-    def _copy_pages(
-        state: PoolState, starts: Sequence[int], write: bool
-    ) -> tuple[list[list[Segment]], Callable[[Sequence[bool]], None] | None]:
-        """Fallback for pools without zero-copy meta: one flat page copy per page
-        (``get_data_page`` / ``set_from_flat_data_page``)."""
-        pool = state.pool
-        if write:
-            flats = [pool.get_data_page(s, flat=True).contiguous() for s in starts]
-        else:
-            flats = [new_flat_page(state) for _ in starts]
-        for f in flats:
-            if f.numel() * f.element_size() != state.layout.page_bytes:
-                raise ValueError(f"pool {state.name!r}: a flat page is not {state.layout.page_bytes} bytes")
-        segs = [state.flat_page_segments(int(f.data_ptr())) for f in flats]
-
-        def finish(results: Sequence[bool]) -> None:
-            for s, f, ok in zip(starts, flats, results):
-                if ok and not write:
-                    pool.set_from_flat_data_page(s, f)
-
-        return segs, finish
-
-    @staticmethod
-    def _fold(n: int, owners: Sequence[int], ok: Sequence[bool]) -> list[bool]:
-        out = [True] * n
-        for owner, good in zip(owners, ok):
-            if not good:
-                out[owner] = False
-        return out
-
     def _record(self, op: str, state: PoolState, results: Sequence[bool], t0: float) -> None:
         good = sum(1 for r in results if r)
         self.metrics.record(
@@ -352,10 +200,6 @@ class PagedStorage(LegacyPathMixin, HiCacheStorage):
         if not isinstance(key, str):
             raise ValueError(f"key must be a str, got {type(key).__name__}")
         return self.batch_exists([key]) == 1
-
-    def _page_objects_nomem(self, state: PoolState, keys: Sequence[str]) -> tuple[list[ObjectIO], list[int]]:
-        """The objects of these pages with no memory attached (for existence / delete)."""
-        return self._flat_batch(state, keys, [()] * len(keys))
 
     def batch_exists_v2(
         self,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -248,9 +248,27 @@ def _check_record(cols: Columns, o: int) -> str | None:
 
 
 def write_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
-    """Write the batch (create-if-absent); per page ``True`` when all its objects exist."""
+    """Write the batch (create-if-absent); per page ``True`` when all its objects exist.
+    A name given more than once (a duplicate page key) is written once, from its first
+    occurrence, and every occurrence gets that result: the first write wins."""
     if not cols.names:
         return [True] * cols.n_pages
+    names = cols.names
+    if len(set(names)) < len(names):
+        first = list(dict.fromkeys(names).keys())
+        at = {nm: o for o, nm in reversed(list(enumerate(names)))}  # first occurrence
+        keep = [at[nm] for nm in first]
+        sub = replace(
+            cols,
+            names=first,
+            buffers=[cols.buffers[o] for o in keep],
+            sizes=[cols.sizes[o] for o in keep],
+        )
+        part = _call(engine, "write", sub)
+        if part is None:
+            return [False] * cols.n_pages
+        done = dict(zip(first, part))
+        return cols.fold([done[nm] for nm in names])
     got = _call(engine, "write", cols)
     if got is None:
         return [False] * cols.n_pages

@@ -246,10 +246,20 @@ class ObjectEngine:
 
     # -- write -----------------------------------------------------------------------
     def write(self, objects: Sequence[ObjectIO]) -> list[bool]:
-        """Create every object (create-if-absent). ``True`` per object when it now exists."""
+        """Create every object (create-if-absent). ``True`` per object when it now exists.
+        A name given more than once is written once, from its first occurrence, and every
+        occurrence gets that result: the first write wins whatever the transport does
+        with duplicates."""
         n = len(objects)
         if n == 0:
             return []
+        if len({o.name for o in objects}) < n:
+            first: dict[str, int] = {}
+            for i, o in enumerate(objects):
+                first.setdefault(o.name, i)
+            uniq = list(first.values())
+            done = dict(zip((objects[i].name for i in uniq), self.write([objects[i] for i in uniq])))
+            return [done[o.name] for o in objects]
         limit = max(1, int(getattr(self.transport, "max_segments", 1 << 30)))
         headers: list[bytes] = []
         keep: list[object] = []  # memory that must outlive the transport call

@@ -10,7 +10,6 @@ counted in :meth:`FileTransport.errors` (unknown errnos, and none, are ``"io"``)
 from __future__ import annotations
 
 import errno
-import os
 import stat
 import threading
 from collections.abc import Callable, Sequence
@@ -19,6 +18,7 @@ from typing import TypeVar
 
 from hicache_sdk.transport import Segments
 
+from .beneath import Beneath
 from .capacity import CapacityLedger
 from .config import FileConfig
 from .metacache import MetadataCache
@@ -55,6 +55,7 @@ class FileBase:
     config: FileConfig
     root: str
     _root_fd: int  # descriptor of the root; every path is relative to it
+    _fs: Beneath  # resolves names beneath _root_fd, never through a symlink
     _closed: bool
     _lock: threading.Lock  # guards the counters and the closed flag
     _errors: dict[str, int]
@@ -93,10 +94,10 @@ class FileBase:
         return out
 
     def _stat_size(self, name: str) -> int | None:
-        """The size of ``name`` if it is a regular file (symlinks are not followed), else
-        ``None``; a failure other than absence is counted."""
+        """The size of ``name`` if it is a regular file (no symlink is followed, on any
+        component), else ``None``; a failure other than absence is counted."""
         try:
-            st = os.stat(name, dir_fd=self._root_fd, follow_symlinks=False)
+            st = self._fs.stat(name)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:

@@ -24,13 +24,16 @@ and evictions across processes (a ``threading.Lock`` does so within one).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import struct
 import threading
 from collections.abc import Callable
 
-from .fsops import walk_pages
+from .beneath import Beneath
+from .fsops import RootError, walk_pages
 
 __all__ = ["LEDGER_NAME", "CapacityLedger"]
 
@@ -53,6 +56,7 @@ class CapacityLedger:
         file_mode: int = 0o600,
         on_evict: Callable[[str], None] | None = None,
         min_free: int = 0,
+        fs: Beneath | None = None,
     ) -> None:
         if limit < 0 or min_free < 0 or (limit == 0 and min_free == 0):
             raise ValueError(f"need a limit > 0 or min_free > 0, got limit={limit!r}, min_free={min_free!r}")
@@ -63,10 +67,19 @@ class CapacityLedger:
         self.on_evict = on_evict
         self.evicted = 0
         self._lock = threading.Lock()
-        path = os.path.join(root, LEDGER_NAME)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode)
-        with self._locked():
-            self._write(self._scan_total())
+        self._own_root_fd = -1
+        if fs is None:
+            self._own_root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fs = Beneath(self._own_root_fd)
+        self._fs = fs
+        self._fd = -1
+        try:
+            self._fd = _open_ledger(fs.root_fd, os.path.join(root, LEDGER_NAME), file_mode)
+            with self._locked():
+                self._write(self._scan_total())
+        except BaseException:
+            self.close()
+            raise
 
     def _locked(self) -> _Held:
         return _Held(self)
@@ -79,7 +92,7 @@ class CapacityLedger:
         os.pwrite(self._fd, _FMT.pack(max(0, used)), 0)
 
     def _scan_total(self) -> int:
-        return sum(e.size for e in walk_pages(self.root))
+        return sum(e.size for e in walk_pages(self._fs))
 
     def used(self) -> int:
         """Bytes in use according to the ledger."""
@@ -131,7 +144,7 @@ class CapacityLedger:
 
     def _evict(self, target: int) -> int:
         """Remove oldest pages until usage <= ``target``; return the new usage."""
-        entries = list(walk_pages(self.root))
+        entries = list(walk_pages(self._fs))
         used = sum(e.size for e in entries)
         if used <= target:
             return used
@@ -140,7 +153,7 @@ class CapacityLedger:
             if used <= target:
                 break
             try:
-                os.unlink(os.path.join(self.root, e.name))
+                self._fs.unlink(e.name)
             except FileNotFoundError:
                 pass
             except OSError:
@@ -156,6 +169,46 @@ class CapacityLedger:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+            if self._own_root_fd >= 0:
+                os.close(self._own_root_fd)
+                self._own_root_fd = -1
+
+
+def _open_ledger(root_fd: int, path: str, file_mode: int) -> int:
+    """Open (create) the ledger file in the root. Anything but a regular file there -- a
+    FIFO, a device, a directory, a symlink -- is refused with a ``RootError`` naming the
+    path and what was found (a FIFO would otherwise fail every access with a bare
+    ``Illegal seek``); an ``OSError`` names the path too."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(LEDGER_NAME, flags, file_mode, dir_fd=root_fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EISDIR):
+            kind = "a symlink" if e.errno == errno.ELOOP else "a directory"
+            raise RootError(f"capacity ledger {path!r} is {kind}, not a regular file; remove it") from e
+        raise OSError(e.errno, f"capacity ledger {path!r}: {e.strerror}") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RootError(f"capacity ledger {path!r} is {_kind(st.st_mode)}, not a regular file; remove it")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _kind(mode: int) -> str:
+    for test, what in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return what
+    return "something else"
 
 
 class _Held:

@@ -2,8 +2,16 @@
 
 Names with ``/`` fan out into subdirectories (created on demand, mode ``dir_mode``);
 SGLang's flat names stay in the root. Every path is resolved relative to an open
-descriptor of the root, and final components are opened with ``O_NOFOLLOW``; names are
-validated (:mod:`.names`) before any I/O, so nothing escapes the root.
+descriptor of the root with no symlink followed on any component (:mod:`.beneath`:
+``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``, else an ``O_NOFOLLOW`` walk);
+names are validated (:mod:`.names`) before any I/O, so nothing the backend opens, walks
+or deletes resolves outside the root.
+
+A read-only root (read-only mount, or a directory this process may not write) is
+accepted: construction logs one WARNING, ``health()`` stays true (it checks that the
+root can be read), pages already there are served, and each write fails with a counted
+reason (``read_only`` on a read-only mount, ``permission`` otherwise); no byte-limit
+ledger is kept.
 
 :class:`FileTransport` assembles the paths and owns the state, ``exists``, ``delete`` /
 ``clear`` and the lifecycle; the shared state and helpers are in :mod:`.base`.
@@ -47,17 +55,29 @@ except ImportError:  # pragma: no cover - depends on the build
     _fastfs = None  # type: ignore[assignment]
 
 from .base import reason_of
+from .beneath import Beneath
 from .capacity import CapacityLedger
 from .config import FileConfig, resolve_root
 from .fsops import prepare_root, process_umask, remove_stale_temps, walk_pages
 from .metacache import MetadataCache
 from .names import check_names, check_prefix
-from .reads import _RWF_NOWAIT, ReadPath
+from .reads import ReadPath, probe_nowait
 from .writes import WritePath
 
 __all__ = ["FileTransport"]
 
 log = logging.getLogger(__name__)
+
+
+def _is_read_only(root_fd: int) -> bool:
+    """The root's file system is mounted read-only, or this process may not write the
+    root directory (decided once, at construction)."""
+    try:
+        if os.fstatvfs(root_fd).f_flag & os.ST_RDONLY:
+            return True
+        return not os.access(".", os.W_OK, dir_fd=root_fd, effective_ids=True)
+    except (OSError, NotImplementedError):
+        return False
 
 
 class FileTransport(ReadPath, WritePath, Transport):
@@ -83,19 +103,27 @@ class FileTransport(ReadPath, WritePath, Transport):
         self.root = resolve_root(config, environ)
         prepare_root(self.root, config.dir_mode, config.strict_root)
         self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._fs = Beneath(self._root_fd)
+        self.read_only = _is_read_only(self._root_fd)
+        if self.read_only:
+            log.warning(
+                "file backend root %r is read-only: pages already there are served; "
+                "every write fails (counted as read_only)",
+                self.root,
+            )
         self._closed = False
         self._lock = threading.Lock()
         self._errors = {}
         self._direct = bool(config.direct_io) and hasattr(os, "O_DIRECT")
         self._direct_bytes = 0
-        self._nowait = _RWF_NOWAIT != 0  # RWF_NOWAIT works here (cleared at the first refusal)
+        self._nowait = probe_nowait(self._root_fd)  # decided once, here
         umask = process_umask()
         self._chmod_files = umask is None or bool(config.file_mode & umask)
         self._chmod_dirs = umask is None or bool(config.dir_mode & umask)
         self.metadata_cache = MetadataCache(config.metadata_ttl) if config.enable_metadata_cache else None
         limit, min_free = config.byte_limit, config.min_free_bytes
         self.ledger = None
-        if limit > 0 or min_free > 0:
+        if (limit > 0 or min_free > 0) and not self.read_only:  # nothing is ever written
             self.ledger = CapacityLedger(
                 self.root,
                 limit,
@@ -103,6 +131,7 @@ class FileTransport(ReadPath, WritePath, Transport):
                 config.file_mode,
                 on_evict=self.metadata_cache.remove if self.metadata_cache is not None else None,
                 min_free=min_free,
+                fs=self._fs,
             )
         self._pool = (
             ThreadPoolExecutor(config.io_threads - 1, thread_name_prefix="hicache-file")
@@ -117,9 +146,9 @@ class FileTransport(ReadPath, WritePath, Transport):
         self._tls = threading.local()
         self._cleanup: Future[int] | None = None
         if self._pool is not None:
-            self._cleanup = self._pool.submit(remove_stale_temps, self.root, config.stale_temp_s)
+            self._cleanup = self._pool.submit(remove_stale_temps, self._fs, config.stale_temp_s)
         else:
-            remove_stale_temps(self.root, config.stale_temp_s)
+            remove_stale_temps(self._fs, config.stale_temp_s)
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -127,6 +156,14 @@ class FileTransport(ReadPath, WritePath, Transport):
         """Failures so far by reason (a copy)."""
         with self._lock:
             return dict(self._errors)
+
+    @staticmethod
+    def check_names(names: Sequence[str]) -> None:
+        """The object-name rule of this transport (:mod:`.names`), the hook a key scheme
+        asks (``KeyScheme.bind_transport``) so that a page whose name could not be
+        stored is refused at the API boundary: ``ValueError`` naming the first refused
+        name. No I/O."""
+        check_names(names, "names")
 
     def path_of(self, name: str) -> str:
         """The absolute path of object ``name`` (validated)."""
@@ -157,9 +194,10 @@ class FileTransport(ReadPath, WritePath, Transport):
     def _stat_sizes(self, keys: Sequence[str]) -> list[int | None]:
         """:meth:`_stat_size` for many names: the C loop of :mod:`._fastfs` when it was
         compiled (no ``stat_result`` per name, no GIL during the ``fstatat`` calls), else
-        one tight Python loop. Same answers either way."""
+        one tight Python loop. Same answers either way; neither follows a symlink on any
+        component of a name."""
         if _fastfs is not None:
-            sizes, errors = _fastfs.stat_sizes(self._root_fd, keys)
+            sizes, errors = _fastfs.stat_sizes(self._root_fd, keys, self._fs.openat2)
             for _i, err in errors:
                 self._count(reason_of(OSError(err, os.strerror(err))))
             return sizes
@@ -168,10 +206,10 @@ class FileTransport(ReadPath, WritePath, Transport):
     def _stat_sizes_py(self, keys: Sequence[str]) -> list[int | None]:
         out: list[int | None] = []
         append = out.append
-        stat_, fd, isreg = os.stat, self._root_fd, stat.S_ISREG
+        stat_, fd, isreg, beneath = os.stat, self._root_fd, stat.S_ISREG, self._fs.stat
         for k in keys:
             try:
-                st = stat_(k, dir_fd=fd, follow_symlinks=False)
+                st = beneath(k) if "/" in k else stat_(k, dir_fd=fd, follow_symlinks=False)
             except (FileNotFoundError, NotADirectoryError):
                 append(None)
                 continue
@@ -195,7 +233,7 @@ class FileTransport(ReadPath, WritePath, Transport):
                 self.metadata_cache.remove(k)
             size = self._stat_size(k) if self.ledger is not None else None
             try:
-                os.unlink(k, dir_fd=self._root_fd)
+                self._fs.unlink(k)
             except OSError:
                 continue
             freed += size or 0
@@ -208,15 +246,17 @@ class FileTransport(ReadPath, WritePath, Transport):
     def clear(self, prefix: str = "") -> None:
         """Remove every page file whose name starts with ``prefix`` (``""``: every page
         under the root). Temporary files, the ledger, symlinks and anything outside the
-        root are never touched. Errors are swallowed."""
+        root are never touched: the walk and every unlink resolve beneath the root and
+        follow no symlink, not even one planted as a top-level directory. Errors are
+        swallowed."""
         check_prefix(prefix)
         if self._closed:
             return
         start = prefix.rpartition("/")[0]
-        for e in list(walk_pages(self.root, start, with_stat=False)):
+        for e in list(walk_pages(self._fs, start, with_stat=False)):
             if e.name.startswith(prefix):
                 try:
-                    os.unlink(e.name, dir_fd=self._root_fd)
+                    self._fs.unlink(e.name)
                 except OSError:
                     pass
         if self.metadata_cache is not None:
@@ -230,14 +270,16 @@ class FileTransport(ReadPath, WritePath, Transport):
     # ------------------------------------------------------------------ lifecycle
 
     def health(self) -> bool:
-        """The root is still a directory we can write to."""
+        """The root is still a directory we can read pages from (a read-only root is
+        healthy: it serves reads, and its writes fail one by one, counted)."""
         if self._closed:
             return False
         try:
             st = os.fstat(self._root_fd)
+            os.stat(".", dir_fd=self._root_fd)  # the descriptor still resolves
         except OSError:
             return False
-        return stat.S_ISDIR(st.st_mode) and os.access(self.root, os.W_OK)
+        return stat.S_ISDIR(st.st_mode) and st.st_nlink > 0 and os.access(self.root, os.R_OK | os.X_OK)
 
     def close(self) -> None:
         """Stop the workers and release the root descriptor. Idempotent."""

@@ -29,6 +29,7 @@ from typing import Any
 
 from hicache_sdk.errors import ConfigError
 
+from .beneath import Beneath
 from .names import TEMP_SUFFIX, is_page_name
 
 __all__ = [
@@ -86,7 +87,8 @@ def prepare_root(root: str, dir_mode: int, strict: bool = True) -> None:
         raise RootError(f"root {root!r} is not a directory")
     if strict:
         me = os.geteuid()
-        for what, s in (("symlink", lst), ("directory", st)):
+        checks = [("symlink", lst)] if stat.S_ISLNK(lst.st_mode) else []
+        for what, s in [*checks, ("directory", st)]:
             if s.st_uid != me:
                 raise RootError(
                     f"root {what} {root!r} is owned by uid {s.st_uid}, not by this user ({me}); "
@@ -170,45 +172,51 @@ class PageEntry:
 
 
 def walk_pages(
-    root: str,
+    fs: Beneath,
     start: str = "",
-    on_temp: Callable[[str, os.DirEntry[str]], None] | None = None,
+    on_temp: Callable[[int, os.DirEntry[str]], None] | None = None,
     with_stat: bool = True,
 ) -> Iterator[PageEntry]:
     """Yield every page file (a regular file with a valid name; symlinks and hidden files
-    are not pages) under ``root/start``; without ``with_stat`` size and mtime are 0.
-    ``on_temp(dir_path, entry)`` sees temporary files. Directories that vanish during the
-    walk are skipped."""
+    are not pages) under ``start`` (a directory name relative to ``fs``'s root); without
+    ``with_stat`` size and mtime are 0. ``on_temp(dir_fd, entry)`` sees temporary files
+    (``dir_fd``: their directory, open during the call). Every directory is opened
+    beneath the root with no symlink followed (``start`` included), so the walk never
+    leaves the root. Directories that vanish or cannot be opened are skipped."""
     stack = [start.rstrip("/")]
     while stack:
         rel = stack.pop()
-        path = os.path.join(root, rel) if rel else root
         try:
-            it = os.scandir(path)
+            dfd = fs.open_dir(rel, readable=True)
         except OSError:
             continue
-        with it:
-            for e in it:
-                name = f"{rel}/{e.name}" if rel else e.name
-                try:
-                    if e.is_dir(follow_symlinks=False):
-                        if not e.name.startswith("."):
-                            stack.append(name)
-                    elif e.is_file(follow_symlinks=False):
-                        if is_temp_name(e.name):
-                            if on_temp is not None:
-                                on_temp(path, e)
-                        elif is_page_name(name):
-                            if with_stat:
-                                st = e.stat(follow_symlinks=False)
-                                yield PageEntry(name, st.st_size, st.st_mtime_ns)
-                            else:
-                                yield PageEntry(name, 0, 0)
-                except OSError:
-                    continue
+        try:
+            with os.scandir(dfd) as it:
+                for e in it:
+                    name = f"{rel}/{e.name}" if rel else e.name
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            if not e.name.startswith("."):
+                                stack.append(name)
+                        elif e.is_file(follow_symlinks=False):
+                            if is_temp_name(e.name):
+                                if on_temp is not None:
+                                    on_temp(dfd, e)
+                            elif is_page_name(name):
+                                if with_stat:
+                                    st = e.stat(follow_symlinks=False)
+                                    yield PageEntry(name, st.st_size, st.st_mtime_ns)
+                                else:
+                                    yield PageEntry(name, 0, 0)
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+        finally:
+            os.close(dfd)
 
 
-def remove_stale_temps(root: str, max_age_s: float, now: float | None = None) -> int:
+def remove_stale_temps(fs: Beneath, max_age_s: float, now: float | None = None) -> int:
     """Remove temporary files whose writer is provably dead (ours, this host, pid gone),
     and, when the writer cannot be identified (another host, SGLang's names), those older
     than ``max_age_s``. A provably live writer's file is never removed. Returns the number
@@ -216,18 +224,18 @@ def remove_stale_temps(root: str, max_age_s: float, now: float | None = None) ->
     removed = 0
     t = time.time() if now is None else now
 
-    def on_temp(dir_path: str, e: os.DirEntry[str]) -> None:
+    def on_temp(dir_fd: int, e: os.DirEntry[str]) -> None:
         nonlocal removed
         try:
             alive = _writer_alive(e.name)
             if alive is None:
                 alive = t - e.stat(follow_symlinks=False).st_mtime <= max_age_s
             if not alive:
-                os.unlink(os.path.join(dir_path, e.name))
+                os.unlink(e.name, dir_fd=dir_fd)
                 removed += 1
         except OSError:
             pass
 
-    for _ in walk_pages(root, on_temp=on_temp, with_stat=False):
+    for _ in walk_pages(fs, on_temp=on_temp, with_stat=False):
         pass
     return removed

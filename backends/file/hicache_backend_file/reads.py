@@ -15,8 +15,11 @@ whatever is left.
 The file's size must equal the segments' total, else a miss; a file of another size is
 removed (``removed_wrong_size``) unless a concurrent writer replaced it meanwhile.
 Failures never raise: ``False`` and a counted reason. A file system refusing ``O_DIRECT``
-(or an alignment it rejects) and a kernel without ``RWF_NOWAIT`` are detected once and
-then read buffered; ``direct_io=False`` reads buffered throughout.
+(or an alignment it rejects) is detected once and then read buffered;
+``direct_io=False`` reads buffered throughout. Whether ``RWF_NOWAIT`` works is decided
+once, at start, by :func:`probe_nowait` on a file of our own; a refusal for one object
+afterwards (``EOPNOTSUPP`` on a directory planted under a page name) sends that object to
+pass 2 (a miss when it is not a page) and never turns the fast path off.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from hicache_sdk.transport import Segments
 
 from .base import FileBase, reason_of
+from .fsops import temp_name
 from .vio import (
     DIO_ALIGN,
     IOV_MAX,
@@ -46,7 +50,7 @@ from .vio import (
     total_bytes,
 )
 
-__all__ = ["ReadPath"]
+__all__ = ["ReadPath", "probe_nowait"]
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
@@ -56,12 +60,48 @@ _SPLIT_WARM_AT = 16  # batches this large run pass 1 on two threads
 _BOUNCE_MAX = 64 * 1024  # largest unaligned tail read through the O_DIRECT bounce buffer
 
 
+def _touch_fd(fd: int) -> None:
+    """Make the page recent for LRU eviction (best effort: a read-only root keeps the old
+    time, and the read still succeeds)."""
+    try:
+        os.utime(fd)
+    except OSError:
+        pass
+
+
+def probe_nowait(root_fd: int) -> bool:
+    """Whether ``preadv(..., RWF_NOWAIT)`` works on the root's file system, tried once on
+    an unlinked temporary file of our own. A root where no file can be created (read
+    only) trusts the kernel's flag: should a file refuse it, that file is read by pass 2."""
+    if not _RWF_NOWAIT:
+        return False
+    name = temp_name()
+    try:
+        fd = os.open(
+            name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=root_fd
+        )
+    except OSError:
+        return True
+    try:
+        try:
+            os.unlink(name, dir_fd=root_fd)
+            os.write(fd, bytes(16))
+            os.preadv(fd, [bytearray(16)], 0, _RWF_NOWAIT)
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            return e.errno not in (errno.EOPNOTSUPP, errno.EINVAL)
+        return True
+    finally:
+        os.close(fd)
+
+
 class ReadPath(FileBase):
     """The read half of :class:`~.file_transport.FileTransport`: ``read`` and ``direct_bytes``."""
 
     _direct: bool  # O_DIRECT is tried (cleared when the file system refuses it)
     _direct_bytes: int
-    _nowait: bool  # RWF_NOWAIT is tried (cleared at the first refusal)
+    _nowait: bool  # RWF_NOWAIT is tried (decided once, at start, by probe_nowait)
     _cold_pool: ThreadPoolExecutor | None  # cold_read_threads - 1 workers
     _tls: threading.local  # per-thread bounce buffer
 
@@ -73,7 +113,7 @@ class ReadPath(FileBase):
     def _read_one(self, name: str, segs: Segments) -> bool:
         """Open and read one object from scratch (the cold path's fallback)."""
         try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=self._root_fd)
+            fd = self._fs.open(name, _READ_FLAGS)
         except OSError as e:
             self._open_failed(name, e)
             return False
@@ -95,7 +135,7 @@ class ReadPath(FileBase):
                 self._count("size_mismatch")
                 return False
             if self.ledger is not None:
-                os.utime(fd)  # LRU: a read makes the page recent
+                _touch_fd(fd)  # LRU: a read makes the page recent
             return True
         except OSError as e:
             self._count(reason_of(e))
@@ -118,8 +158,7 @@ class ReadPath(FileBase):
             got = preadv_nowait(fd, views) if self._nowait else 0
             if got == total:
                 return True
-            if got < 0:  # RWF_NOWAIT unsupported here
-                self._nowait = False
+            if got < 0:  # refused for this file only: support was decided at start
                 got = 0
         if self._direct:
             count, nbytes = aligned_prefix(segs)
@@ -193,9 +232,9 @@ class ReadPath(FileBase):
         """Delete a page of the wrong size (truncated, torn or foreign), unless the name
         now holds another file (a concurrent rewrite)."""
         try:
-            now = os.stat(name, dir_fd=self._root_fd, follow_symlinks=False)
+            now = self._fs.stat(name)
             if (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev):
-                os.unlink(name, dir_fd=self._root_fd)
+                self._fs.unlink(name)
                 self._count("removed_wrong_size")
                 if self.ledger is not None:
                     self.ledger.release(st.st_size)
@@ -259,14 +298,14 @@ class ReadPath(FileBase):
     ) -> None:
         """Pass 1 of :meth:`read` (see there) over objects ``lo..hi-1``; hands what it
         could not finish to ``cold`` (pass 2, which starts at once)."""
-        root, flags, sink = self._root_fd, _READ_FLAGS, bytearray(1)
+        open_, flags, sink = self._fs.open, _READ_FLAGS, bytearray(1)
         probe = self._nowait
         cold_seen = False
         touch = self.ledger is not None
         for i in range(lo, hi):
             name, segs = keys[i], buffers[i]
             try:
-                fd = os.open(name, flags, dir_fd=root)
+                fd = open_(name, flags)
             except OSError as e:
                 self._open_failed(name, e)
                 continue
@@ -286,7 +325,7 @@ class ReadPath(FileBase):
                     got = 0
                 if got == total and (total & (DIO_ALIGN - 1) or os.fstat(fd).st_size == total):
                     if touch:
-                        os.utime(fd)
+                        _touch_fd(fd)
                     out[i] = True
                 elif got > total:  # too long (or not a file): the checks of pass 2 decide
                     held = True  # _finish_read closes it
@@ -303,7 +342,10 @@ class ReadPath(FileBase):
                         cold.append((i, -1, None))
             except OSError as e:
                 if e.errno in (errno.EOPNOTSUPP, errno.EINVAL) and not held:
-                    probe = self._nowait = False  # no RWF_NOWAIT here: pass 2 reads it all
+                    # Refused for this object only (a directory planted under a page name,
+                    # a file on another file system): pass 2 checks and reads it. Support
+                    # was decided once, at start (probe_nowait); one object never turns
+                    # the fast path off for the others.
                     cold.append((i, fd, None))
                     held = True
                 else:

@@ -10,6 +10,11 @@ published first (that counts as ``True``, unless what holds the name is not a pa
 can be made; a refused page counts ``capacity``), and bytes reserved for pages not
 published are released. New pages are spread over ``io_threads``. Failures
 never raise and leave no partial or temporary file behind.
+
+Every directory is resolved beneath the root with no symlink followed
+(:mod:`.beneath`): a symlink planted as a directory is refused, never written through.
+A name given twice in one batch is written once, from its first occurrence; every
+occurrence gets that write's result (the first write wins, as the contract says).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from .vio import pwritev_all, segment_views, total_bytes
 __all__ = ["WritePath"]
 
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class WritePath(FileBase):
@@ -34,41 +40,49 @@ class WritePath(FileBase):
     _chmod_files: bool  # the umask would strip bits of file_mode: fchmod each file
     _chmod_dirs: bool  # the same for dir_mode and new directories
 
-    def _make_dirs(self, rel_dir: str) -> None:
-        path = ""
-        for comp in rel_dir.split("/"):
-            path = f"{path}/{comp}" if path else comp
-            try:
-                os.mkdir(path, self.config.dir_mode, dir_fd=self._root_fd)
-            except FileExistsError:
-                continue
-            if self._chmod_dirs:
-                os.chmod(path, self.config.dir_mode, dir_fd=self._root_fd)
-
-    def _open_temp(self, rel_dir: str) -> tuple[int, str]:
-        tmp = f"{rel_dir}/{temp_name()}" if rel_dir else temp_name()
+    def _parent_dir(self, rel_dir: str) -> int:
+        """A descriptor of directory ``rel_dir`` (``""``: the root's own descriptor, not to
+        be closed), resolved beneath the root with no symlink followed
+        (:class:`~.beneath.Beneath`); missing directories are created one component at a
+        time (mode ``dir_mode``). Readable, so it can be fsynced."""
+        if not rel_dir:
+            return self._root_fd
         try:
-            fd = os.open(tmp, _TMP_FLAGS, self.config.file_mode, dir_fd=self._root_fd)
+            return self._fs.open_dir(rel_dir, readable=True)
         except FileNotFoundError:
-            if not rel_dir:
-                raise
-            self._make_dirs(rel_dir)
-            fd = os.open(tmp, _TMP_FLAGS, self.config.file_mode, dir_fd=self._root_fd)
-        return fd, tmp
-
-    def _fsync_dir(self, rel_dir: str) -> None:
-        fd = os.open(rel_dir or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._root_fd)
+            pass
+        cur = self._root_fd
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            for comp in rel_dir.split("/"):
+                created = True
+                try:
+                    os.mkdir(comp, self.config.dir_mode, dir_fd=cur)
+                except FileExistsError:
+                    created = False
+                nxt = os.open(comp, _DIR_FLAGS, dir_fd=cur)  # O_NOFOLLOW: a symlink is refused
+                if created and self._chmod_dirs:
+                    os.fchmod(nxt, self.config.dir_mode)
+                if cur != self._root_fd:
+                    os.close(cur)
+                cur = nxt
+        except BaseException:
+            if cur != self._root_fd:
+                os.close(cur)
+            raise
+        return cur
 
     def _write_one(self, name: str, segs: Segments) -> tuple[bool, bool]:
-        """``(ok, published)``: ``published`` is False when the page already existed."""
-        rel_dir = name.rpartition("/")[0]
+        """``(ok, published)``: ``published`` is False when the page already existed.
+
+        Everything happens relative to a descriptor of the page's directory, opened
+        beneath the root: the temporary file, the publication, the directory fsync."""
+        rel_dir, _, base = name.rpartition("/")
         tmp: str | None = None
+        dfd = -1
         try:
-            fd, tmp = self._open_temp(rel_dir)
+            dfd = self._parent_dir(rel_dir)
+            tmp = temp_name()
+            fd = os.open(tmp, _TMP_FLAGS, self.config.file_mode, dir_fd=dfd)
             try:
                 if self._chmod_files:
                     os.fchmod(fd, self.config.file_mode)
@@ -77,11 +91,11 @@ class WritePath(FileBase):
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            published = publish_noreplace(tmp, name, self._root_fd)
+            published = publish_noreplace(tmp, base, dfd)
             if published:
                 tmp = None
                 if self.config.fsync:
-                    self._fsync_dir(rel_dir)
+                    os.fsync(dfd)
                 return True, True
             if self._stat_size(name) is None:  # something that is not a page holds the name
                 self._count("not_regular")
@@ -91,15 +105,22 @@ class WritePath(FileBase):
             self._count(reason_of(e))
             return False, False
         finally:
-            if tmp is not None:
+            if tmp is not None and dfd >= 0:
                 try:
-                    os.unlink(tmp, dir_fd=self._root_fd)
+                    os.unlink(tmp, dir_fd=dfd)
                 except OSError:
                     pass
+            if dfd >= 0 and dfd != self._root_fd:
+                os.close(dfd)
 
     def _touch(self, name: str) -> None:
+        """Refresh the recency of ``name`` (best effort: a read-only root keeps it)."""
         try:
-            os.utime(name, dir_fd=self._root_fd, follow_symlinks=False)
+            pfd, base = self._fs.parent(name)
+            try:
+                os.utime(base, dir_fd=pfd, follow_symlinks=False)
+            finally:
+                self._fs.release(pfd)
         except OSError:
             pass
 
@@ -112,15 +133,28 @@ class WritePath(FileBase):
             return [False] * n
         out = [False] * n
         todo: list[int] = []
+        first: dict[str, int] = {}
+        dups: list[tuple[int, int]] = []  # (later occurrence, first occurrence)
         for i, k in enumerate(keys):
-            if self._stat_size(k) is not None:
+            j = first.setdefault(k, i)
+            if j != i:
+                dups.append((i, j))
+            elif self._stat_size(k) is not None:
                 out[i] = True
                 if self.ledger is not None:
                     self._touch(k)
             else:
                 todo.append(i)
-        if not todo:
-            return out
+        if todo:
+            self._write_new(keys, buffers, todo, out)
+        for i, j in dups:
+            out[i] = out[j]
+        return out
+
+    def _write_new(
+        self, keys: Sequence[str], buffers: Sequence[Segments], todo: list[int], out: list[bool]
+    ) -> None:
+        """Write the absent pages ``todo`` (distinct names) into ``out``."""
         sizes = [total_bytes(buffers[i]) for i in todo]
         reserved = self._reserve_all(sizes)
         if reserved is None:  # per page, as far as room can be made
@@ -145,7 +179,6 @@ class WritePath(FileBase):
                 self.ledger.release(unused)
             except OSError as e:
                 self._count(reason_of(e))
-        return out
 
     def _reserve(self, nbytes: int) -> bool:
         if self.ledger is None:

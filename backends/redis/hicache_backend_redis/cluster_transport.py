@@ -6,7 +6,7 @@ over a Redis Cluster's masters.
 * A batch is split per node; the parts run concurrently (one thread per node, the caller
   being one); each part is one pipelined round trip on that node; results come back in key
   order. ``MGET`` commands group keys of one slot (Cluster refuses cross-slot ``MGET``) and
-  stay within ``max_command_bytes``.
+  are streamed as on a single server (see :mod:`.mget`).
 * Redirects are handled in one place (:meth:`_execute`): keys answered with ``MOVED``
   refresh the slot map and are retried once on the new owner; ``ASK`` keys are retried once
   on the named node, each command preceded by ``ASKING``.
@@ -30,6 +30,7 @@ from redis.crc import key_slot
 from hicache_sdk import ConfigError, Segments, TransportError
 
 from .config import RedisConfig, redact_url
+from .mget import chunk_keys, stream_mget
 from .pool import AuthError, Pool
 from .redis_transport import RedisTransport
 from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, set_nx_suffix, views_of
@@ -83,11 +84,16 @@ class RedisClusterTransport(RedisTransport):
         self._lock = threading.Lock()
         self._pools: dict[Node, Pool] = {}
         self._slots: list[Node | None] = [None] * 16384
-        self._executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="hicache-redis-cluster")
+        self._workers = ThreadPoolExecutor(max_workers=16, thread_name_prefix="hicache-redis-cluster")
+        # Credentials, TLS trust and ACL rights (on the prefix and on CLUSTER SLOTS), asked of
+        # the node that owns the probe key when the slot map is known, else of the first seed.
+        # Unreachable: fine (the breaker starts open); refused: a ConfigError naming the key.
         try:
-            self._refresh()  # unreachable: fine (the breaker starts open); refused credentials: not
-        except AuthError as e:
-            raise ConfigError(f"password: the cluster refused the credentials ({e})") from None
+            self._refresh()
+        except AuthError:
+            pass  # the probe below names the key
+        owner = self._owner(self._prefix + b"__hicache_probe__") or self._seeds[0]
+        self._probe(self._node_pool(owner), cluster=True)
 
     # -- topology --------------------------------------------------------------------------
     def _node_pool(self, node: Node) -> Pool:
@@ -154,7 +160,7 @@ class RedisClusterTransport(RedisTransport):
         for attempt in range(2):
             rnd = _Round()
             items = list(groups.items())
-            futures = [self._executor.submit(self._run_part, rnd, t, idx, part, out) for t, idx in items[1:]]
+            futures = [self._workers.submit(self._run_part, rnd, t, idx, part, out) for t, idx in items[1:]]
             self._run_part(rnd, items[0][0], items[0][1], part, out)
             for f in futures:
                 f.result()
@@ -225,39 +231,25 @@ class RedisClusterTransport(RedisTransport):
         if not keys:
             return []
         names = [self._prefix + k.encode() for k in keys]
-        limit = self.config.max_command_bytes
+        sizes = [sum(s for _, s in segs) for segs in buffers]
 
         def part(c: Connection, idx: list[int], asking: bool) -> list[Any]:
+            # j: position in this part; MGETs group keys of one slot (Cluster refuses others)
             by_slot: dict[int, list[int]] = {}
             for j, i in enumerate(idx):
                 by_slot.setdefault(key_slot(names[i]), []).append(j)
-            chunks: list[list[int]] = []
-            for js in by_slot.values():
-                used = limit
-                for j in js:
-                    n = sum(s for _, s in buffers[idx[j]])
-                    if used + n > limit:
-                        chunks.append([])
-                        used = 0
-                    chunks[-1].append(j)
-                    used += n
-            self._replies(c, [command("MGET", *(names[idx[j]] for j in ch)) for ch in chunks], asking)
+            mine = [names[i] for i in idx]
+            my_sizes = [sizes[i] for i in idx]
             res: list[Any] = [False] * len(idx)
-            for ch in chunks:
-                try:
-                    if asking:
-                        c.reply()
-                    kind, count = c.header()
-                except ReplyError as e:
-                    r = _redirect(e)
-                    for j in ch:
-                        res[j] = r if r is not None else False
-                    continue
-                if kind != 0x2A or count != len(ch):
-                    c.broken = True
-                    raise ProtocolError("redis: MGET reply of the wrong shape")
+
+            def refused(ch: Sequence[int], e: ReplyError) -> None:
+                r = _redirect(e)
                 for j in ch:
-                    res[j] = c.read_bulk_into(buffers[idx[j]]) is True
+                    res[j] = r if r is not None else False
+
+            chunks = chunk_keys(list(by_slot.values()), my_sizes, self.config.max_command_bytes)
+            read_one = lambda j: c.read_bulk_into(buffers[idx[j]])  # noqa: E731
+            stream_mget(c, mine, my_sizes, chunks, read_one, res, asking=asking, refused=refused)
             return res
 
         return self._execute("read", names, part, False)
@@ -350,7 +342,7 @@ class RedisClusterTransport(RedisTransport):
             pools = list(self._pools.values())
         for p in pools:
             p.close()
-        self._executor.shutdown(wait=False)
+        self._workers.shutdown(wait=False)
         super().close()
 
     def __repr__(self) -> str:

@@ -32,10 +32,20 @@ class RedisConfig(BackendConfig):
 
     * ``url``: ``redis://host:port/db``, ``rediss://`` (TLS) or ``unix:///path.sock``.
     * ``username`` / ``password``: ACL credentials (secret; override the URL's).
+    * ``sentinel_username`` / ``sentinel_password``: credentials of the sentinels
+      themselves (``redis+sentinel://`` only; secret), separate from the master's.
     * ``db``: database number (``-1``: the URL's, else 0).
     * ``key_prefix``: prepended to every object name (a restricted ACL user's ``~prefix*``).
     * ``connect_timeout_s`` / ``socket_timeout_s``: per-connect and per-reply bounds.
     * ``pool_size``: the most connections held (callers beyond it wait, bounded).
+    * ``parallel_connections``: a read or write batch of at least 4 MiB is split into up to
+      this many parts of at least 2 MiB, each on its own pooled connection, run
+      concurrently (extra connections are used only when free at once).
+    * ``write_window``: how many writes of values of at least 32 KiB each connection has in
+      flight (``SETNX``, value last, when there is no TTL); ``0``: all of a part pipelined
+      at once. ``1`` (the default) is fastest against a Redis on the same host: a pipelined
+      big value is copied once more inside Redis (see ``docs/backends/redis.md``). Over a
+      network with a long round trip, ``0`` may be faster.
     * ``ttl_s``: expiry of written pages in seconds (``0``: none).
     * ``max_command_bytes``: the most value bytes one ``MGET`` may return; larger batches
       are split into several commands, all pipelined in one round trip. A single page larger
@@ -51,11 +61,15 @@ class RedisConfig(BackendConfig):
     url: str = "redis://127.0.0.1:6379/0"
     username: str | None = secret_field(None)
     password: str | None = secret_field(None)
+    sentinel_username: str | None = secret_field(None)
+    sentinel_password: str | None = secret_field(None)
     db: int = -1
     key_prefix: str = "hicache:"
     connect_timeout_s: float = 2.0
     socket_timeout_s: float = 5.0
     pool_size: int = 8
+    parallel_connections: int = 4
+    write_window: int = 1
     ttl_s: int = 0
     max_command_bytes: int = 64 << 20
     tls_ca_file: str | None = None
@@ -71,6 +85,10 @@ class RedisConfig(BackendConfig):
                 raise ValueError(f"{n} must be > 0, got {getattr(self, n)!r}")
         if self.pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {self.pool_size!r}")
+        if self.parallel_connections < 1:
+            raise ValueError(f"parallel_connections must be >= 1, got {self.parallel_connections!r}")
+        if self.write_window < 0:
+            raise ValueError(f"write_window must be >= 0, got {self.write_window!r}")
         if self.ttl_s < 0:
             raise ValueError(f"ttl_s must be >= 0, got {self.ttl_s!r}")
         if self.max_command_bytes < 1 << 16:
@@ -102,6 +120,9 @@ class Endpoint:
     #: ``redis+sentinel://``: the sentinels to ask for the master of ``service``.
     sentinels: tuple[tuple[str, int], ...] = ()
     service: str = ""
+    #: Credentials for the sentinels (not the master's).
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
 
     def __repr__(self) -> str:
         where = self.unix_path or (
@@ -116,6 +137,10 @@ def parse_endpoint(cfg: RedisConfig) -> Endpoint:
     shown = redact_url(cfg.url)
     if cfg.url.lower().startswith("redis+sentinel://"):
         return _sentinel_endpoint(cfg, shown)
+    if cfg.sentinel_password is not None or cfg.sentinel_username is not None:
+        raise ConfigError(
+            f"sentinel_username / sentinel_password are set but url {shown!r} is not redis+sentinel://"
+        )
     try:
         parts = urlsplit(cfg.url)
         port = parts.port
@@ -166,8 +191,9 @@ def parse_endpoint(cfg: RedisConfig) -> Endpoint:
 
 
 def _sentinel_endpoint(cfg: RedisConfig, shown: str) -> Endpoint:
-    """``redis+sentinel://[user:pass@]h1:p1[,h2:p2...]/service[/db]``: the credentials are
-    the master's; sentinels are asked without authentication."""
+    """``redis+sentinel://[user:pass@]h1:p1[,h2:p2...]/service[/db]``: the URL's credentials
+    are the master's; the sentinels' own are ``sentinel_username`` / ``sentinel_password``
+    (none: sentinels are asked without authentication)."""
     rest = cfg.url.split("://", 1)[1].split("?", 1)[0]
     netloc, _, path = rest.partition("/")
     user = pw = None
@@ -197,4 +223,6 @@ def _sentinel_endpoint(cfg: RedisConfig, shown: str) -> Endpoint:
         password=cfg.password if cfg.password is not None else pw,
         sentinels=tuple(sentinels),
         service=parts[0],
+        sentinel_username=cfg.sentinel_username,
+        sentinel_password=cfg.sentinel_password,
     )

@@ -15,6 +15,7 @@ import ssl
 import threading
 import time
 from collections.abc import Iterator
+from typing import Literal
 
 from .config import Endpoint, RedisConfig
 from .resp import Connection, ReplyError, command
@@ -23,7 +24,13 @@ __all__ = ["AuthError", "Pool", "connect"]
 
 
 class AuthError(Exception):
-    """``AUTH`` or ``SELECT`` was refused (wrong credentials, unknown db): a configuration error."""
+    """``AUTH`` or ``SELECT`` was refused (wrong credentials, unknown db): a configuration
+    error. ``key`` names the setting at fault when it is not the data password (the
+    sentinels' credentials: ``"sentinel_password"``). The message never holds a secret."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 def _tls_context(cfg: RedisConfig) -> ssl.SSLContext:
@@ -80,8 +87,17 @@ def connect(ep: Endpoint, cfg: RedisConfig, ctx: ssl.SSLContext | None) -> Conne
 
 
 def master_of(ep: Endpoint, cfg: RedisConfig) -> tuple[str, int]:
-    """Ask each sentinel in turn for the current master of ``ep.service``; ``OSError`` when
-    none knows it."""
+    """Ask each sentinel in turn for the current master of ``ep.service`` (authenticating
+    first with the sentinel credentials when set). ``OSError`` when none knows it;
+    :class:`AuthError` (key ``sentinel_password``) when none answered and some refused the
+    sentinel credentials, or wanted some and none were given."""
+    hello: list[bytes] = []
+    if ep.sentinel_password is not None:
+        auth = (
+            [ep.sentinel_username, ep.sentinel_password] if ep.sentinel_username else [ep.sentinel_password]
+        )
+        hello.append(command("AUTH", *auth))
+    refused: str | None = None
     for host, port in ep.sentinels:
         try:
             sock = socket.create_connection((host, port), timeout=cfg.connect_timeout_s)
@@ -89,14 +105,31 @@ def master_of(ep: Endpoint, cfg: RedisConfig) -> tuple[str, int]:
             continue
         c = Connection(sock, cfg.socket_timeout_s)
         try:
-            c.send([command("SENTINEL", "get-master-addr-by-name", ep.service)])
-            reply = c.reply()
-        except (OSError, ReplyError):
+            c.send([*hello, command("SENTINEL", "get-master-addr-by-name", ep.service)])
+            if hello:
+                try:
+                    c.reply()
+                except ReplyError as e:
+                    # e.g. "WRONGPASS invalid username-password pair ..." (names no secret)
+                    refused = f"sentinel {host}:{port} refused AUTH: {e}"
+                    continue
+            try:
+                reply = c.reply()
+            except ReplyError as e:
+                if str(e).startswith(("NOAUTH", "NOPERM")):
+                    refused = f"sentinel {host}:{port}: {e}"
+                continue
+        except OSError:
             continue
         finally:
             c.close()
         if isinstance(reply, list) and len(reply) == 2:
             return reply[0].decode(), int(reply[1])
+    if refused is not None:
+        raise AuthError(
+            refused,
+            key="sentinel_username / sentinel_password" if ep.sentinel_username else "sentinel_password",
+        )
     raise ConnectionError(f"redis: no sentinel knows the master of {ep.service!r}")
 
 
@@ -120,7 +153,9 @@ class Pool:
         with self._cond:
             return self._retired_trips + sum(c.round_trips for c in self._idle)
 
-    def _acquire(self) -> Connection | None:
+    def _acquire(self, wait: bool = True) -> Connection | Literal[False] | None:
+        """An idle connection, ``None`` (a slot for a new one), or ``False`` when
+        ``wait`` is false and the pool is at ``pool_size`` with none idle."""
         deadline = time.monotonic() + self.cfg.connect_timeout_s
         with self._cond:
             while True:
@@ -131,6 +166,8 @@ class Pool:
                 if self._count < self.cfg.pool_size:
                     self._count += 1
                     return None
+                if not wait:
+                    return False
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError("redis: no free connection within connect_timeout_s")
@@ -148,9 +185,37 @@ class Pool:
             self._cond.notify()
 
     @contextlib.contextmanager
+    def connections(self, n: int) -> Iterator[list[Connection]]:
+        """Lend 1 to ``n`` connections: the first is waited for as in :meth:`connection`,
+        the others are taken only when free now (a batch never waits, nor deadlocks with
+        another batch, for its extra connections). Broken ones are closed on return."""
+        slots: list[Connection | None] = []
+        conns: list[Connection] = []
+        try:
+            first = self._acquire()
+            assert first is not False
+            slots.append(first)
+            while len(slots) < n:
+                more = self._acquire(wait=False)
+                if more is False:
+                    break
+                slots.append(more)
+            for c in slots:
+                conns.append(c if c is not None else connect(self.ep, self.cfg, self._ctx))
+            yield conns
+        except BaseException:
+            for c in conns:
+                c.broken = True
+            raise
+        finally:
+            for i in range(len(slots)):
+                self._release(conns[i] if i < len(conns) else None)
+
+    @contextlib.contextmanager
     def connection(self) -> Iterator[Connection]:
         """Lend a connection; a broken one is closed on return, never reused."""
         conn = self._acquire()
+        assert conn is not False
         try:
             if conn is None:
                 conn = connect(self.ep, self.cfg, self._ctx)

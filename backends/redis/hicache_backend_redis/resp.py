@@ -7,11 +7,20 @@ bulk values read *into* segments: :meth:`Connection.read_bulk_into` copies what 
 buffered (at most one receive buffer) and ``recv_into``s the rest straight into the
 segments' memory.
 
-The socket is non-blocking: every receive is ``poll`` then one ``recv_into`` that cannot
-block, bounded by ``socket_timeout_s``. When a cancel token is given, each receive into
-caller memory runs inside ``token.guard()`` (which raises once the token is cancelled), so
-after ``cancel()`` returns no byte of caller memory is touched again. Any error leaves the
+A plain socket is blocking, bounded by ``SO_RCVTIMEO`` / ``SO_SNDTIMEO`` (and a
+``socket_timeout_s`` deadline per reply); a large value is one ``MSG_WAITALL`` receive. A
+TLS socket is non-blocking: every receive is ``poll`` then one ``recv_into``. When a cancel
+token is given, every call passes ``MSG_DONTWAIT`` (so none can block), and each receive
+into caller memory and each send from it runs inside ``token.guard()`` (which raises once
+the token is cancelled), so after ``cancel()`` returns no byte of caller memory is touched
+again; waits for the socket then poll in slices of at most ``_CANCEL_POLL_S`` and look at
+the token between them, so a cancelled call stops within that time. Any error leaves the
 connection in an unknown protocol state: the caller must :meth:`close` it (``broken`` is set).
+
+Large bulk values are not first received into the private buffer: before a value of at
+least ``_DIRECT_MIN`` bytes, the header (and the previous value's CRLF) is received with a
+receive of at most ``_HEADER_RECV`` bytes, so nearly all of the value is received by the
+kernel straight into the segments (one copy, socket to page).
 
 Edge cases: a null bulk (``$-1``) is a miss; a bulk of another size than the segments is
 drained into scratch memory and reported as a size mismatch; an error reply becomes
@@ -25,6 +34,7 @@ import ctypes
 import select
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -34,6 +44,12 @@ __all__ = ["Connection", "ProtocolError", "ReplyError", "command", "views_of"]
 _CRLF = b"\r\n"
 _RECV = 1 << 16
 _SCRATCH = bytearray(1 << 20)
+#: Values at least this large are received straight into their segments, their header
+#: through a small receive (see the module docs).
+_DIRECT_MIN = 16 << 10
+_HEADER_RECV = 64
+#: With a cancel token, the longest single poll before the token is looked at again.
+_CANCEL_POLL_S = 0.05
 
 
 class ReplyError(Exception):
@@ -69,7 +85,18 @@ class Connection:
         self.sock = sock
         self.timeout_s = timeout_s
         self.tls = isinstance(sock, ssl.SSLSocket)
-        sock.setblocking(False)
+        #: Plain sockets are blocking, bounded by SO_RCVTIMEO / SO_SNDTIMEO: a value is
+        #: received with one ``MSG_WAITALL`` receive (the kernel fills the page as the bytes
+        #: arrive, no wake-up per segment), and calls that must not block (under a cancel
+        #: token) pass ``MSG_DONTWAIT``. TLS sockets are non-blocking (no flags there).
+        self.blocking = not self.tls
+        if self.blocking:
+            sock.settimeout(None)
+            tv = struct.pack("ll", int(timeout_s), int((timeout_s % 1) * 1e6))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        else:
+            sock.setblocking(False)
         self._buf = bytearray(_RECV)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -77,22 +104,41 @@ class Connection:
         self.broken = False
         #: Request flushes followed by a wait for replies (the round trips of this connection).
         self.round_trips = 0
+        #: The cancel token of the call using this connection, if any: every wait for the
+        #: socket (reply headers included) polls in slices and stops once it is cancelled.
+        self.cancel: CancelGuard | None = None
 
     # -- writing -------------------------------------------------------------------------
-    def send(self, parts: Sequence[bytes | memoryview]) -> None:
-        """Write every part, in order, without copying large parts; counts a round trip."""
-        self.round_trips += 1
+    def send(
+        self,
+        parts: Sequence[bytes | memoryview],
+        counted: bool = True,
+        cancel: CancelGuard | None = None,
+    ) -> None:
+        """Write every part, in order, without copying large parts. ``counted``: this flush
+        waits for replies with nothing else in flight, a round trip (a refill sent while
+        earlier replies still arrive, or a part sent alongside the batch's first, is not).
+        With ``cancel``, each send (which may read caller memory) runs under its guard."""
+        if counted:
+            self.round_trips += 1
         deadline = time.monotonic() + self.timeout_s
         pending = [memoryview(p).cast("B") for p in parts if len(p)]
         i = 0
         while i < len(pending):
             try:
                 # TLS sockets have no sendmsg; a plain socket sends many parts per call.
-                n = self.sock.send(pending[i]) if self.tls else self.sock.sendmsg(pending[i : i + 512])
+                if cancel is None:
+                    n = self._send_some(pending, i)
+                else:
+                    with cancel.guard():
+                        n = self._send_some(pending, i)
             except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 self._wait(select.POLLOUT, deadline)
                 continue
             except OSError:
+                self.broken = True
+                raise
+            except BaseException:  # Cancelled: the request may be cut short
                 self.broken = True
                 raise
             while n and i < len(pending):
@@ -103,22 +149,49 @@ class Connection:
                     pending[i] = pending[i][n:]
                     n = 0
 
+    def _send_some(self, pending: list[memoryview], i: int) -> int:
+        if self.tls:
+            return self.sock.send(pending[i])
+        flags = socket.MSG_DONTWAIT if self.cancel is not None else 0
+        return self.sock.sendmsg(pending[i : i + 512], [], flags)
+
     # -- reading -------------------------------------------------------------------------
     def _wait(self, events: int, deadline: float) -> None:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            self.broken = True
-            raise TimeoutError("redis: no reply within socket_timeout_s")
+        """Wait until the socket is ready for ``events``; ``TimeoutError`` at ``deadline``.
+        With a :attr:`cancel` token, poll in short slices and raise (from its guard) once
+        it is cancelled."""
+        cancel = self.cancel
         p = select.poll()
         p.register(self.sock.fileno(), events)
-        if not p.poll(left * 1000):
-            self.broken = True
-            raise TimeoutError("redis: no reply within socket_timeout_s")
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.broken = True
+                raise TimeoutError("redis: no reply within socket_timeout_s")
+            if cancel is not None:
+                left = min(left, _CANCEL_POLL_S)
+            if p.poll(left * 1000):
+                return
+            if cancel is not None:
+                try:
+                    with cancel.guard():
+                        pass
+                except BaseException:
+                    self.broken = True
+                    raise
 
-    def _recv_into(self, view: memoryview, deadline: float) -> int:
+    def _recv_into(self, view: memoryview, deadline: float, whole: bool = False) -> int:
+        """Receive into ``view``: at least one byte; all of it when ``whole`` and the
+        socket is blocking with no cancel token (``MSG_WAITALL``)."""
+        if self.tls:
+            flags = 0
+        elif self.cancel is not None:
+            flags = socket.MSG_DONTWAIT
+        else:
+            flags = socket.MSG_WAITALL if whole else 0
         while True:
             try:
-                n = self.sock.recv_into(view)
+                n = self.sock.recv_into(view, 0, flags) if flags else self.sock.recv_into(view)
             except (BlockingIOError, ssl.SSLWantReadError):
                 self._wait(select.POLLIN, deadline)
                 continue
@@ -133,7 +206,7 @@ class Connection:
     def _recv_nowait(self, view: memoryview) -> int:
         """One receive that cannot block: 0 when no byte is ready."""
         try:
-            n = self.sock.recv_into(view)
+            n = self.sock.recv_into(view) if self.tls else self.sock.recv_into(view, 0, socket.MSG_DONTWAIT)
         except (BlockingIOError, ssl.SSLWantReadError):
             return 0
         except OSError:
@@ -144,7 +217,7 @@ class Connection:
             raise ConnectionResetError("redis: connection closed by the server")
         return n
 
-    def _fill(self, deadline: float) -> None:
+    def _fill(self, deadline: float, limit: int = _RECV) -> None:
         if self._start == self._end:
             self._start = self._end = 0
         elif self._end == len(self._buf):
@@ -154,29 +227,31 @@ class Connection:
             rest = self._end - self._start
             self._buf[:rest] = self._buf[self._start : self._end]
             self._start, self._end = 0, rest
-        self._end += self._recv_into(self._view[self._end :], deadline)
+        self._end += self._recv_into(self._view[self._end : self._end + limit], deadline)
 
-    def _line(self, deadline: float) -> bytes:
+    def _line(self, deadline: float, limit: int = _RECV) -> bytes:
         while True:
             i = self._buf.find(_CRLF, self._start, self._end)
             if i >= 0:
                 line = bytes(self._buf[self._start : i])
                 self._start = i + 2
                 return line
-            self._fill(deadline)
+            self._fill(deadline, limit)
 
-    def _take(self, n: int, deadline: float) -> bytes:
+    def _take(self, n: int, deadline: float, limit: int = _RECV) -> bytes:
         while self._end - self._start < n:
-            self._fill(deadline)
+            self._fill(deadline, limit)
         out = bytes(self._buf[self._start : self._start + n])
         self._start += n
         return out
 
-    def header(self) -> tuple[int, int]:
+    def header(self, small: bool = False) -> tuple[int, int]:
         """Read one reply header: ``(kind, value)`` where kind is one of ``*$:+`` as an
-        ordinal; ``+`` replies have value 0; error replies raise :class:`ReplyError`."""
+        ordinal; ``+`` replies have value 0; error replies raise :class:`ReplyError`.
+        ``small``: receive at most ``_HEADER_RECV`` bytes at a time (a large value follows,
+        to be received straight into its segments)."""
         deadline = time.monotonic() + self.timeout_s
-        line = self._line(deadline)
+        line = self._line(deadline, _HEADER_RECV if small else _RECV)
         if not line:
             self.broken = True
             raise ProtocolError("redis: empty reply line")
@@ -214,18 +289,30 @@ class Connection:
 
         ``None`` for a null bulk (absent), ``True`` when its size equals the segments'
         total and every byte landed, ``False`` for a size mismatch (the value is drained)."""
-        kind, n = self.header()
+        want = sum(s for _, s in segments)
+        small = want >= _DIRECT_MIN
+        kind, n = self.header(small)
         if kind != 0x24:
             self.broken = True
             raise ProtocolError("redis: expected a bulk reply")
         if n < 0:
             return None
         deadline = time.monotonic() + self.timeout_s
-        want = sum(s for _, s in segments)
         if n != want:
             self._drain(n + 2, deadline)
             return False
-        for view in views_of(segments):
+        try:
+            self._into(views_of(segments), deadline, cancel)
+        except BaseException:  # Cancelled, a reset, a timeout: the reply is cut short
+            self.broken = True
+            raise
+        if self._take(2, deadline, _HEADER_RECV if small else _RECV) != _CRLF:
+            self.broken = True
+            raise ProtocolError("redis: bulk reply not terminated by CRLF")
+        return True
+
+    def _into(self, views: list[memoryview], deadline: float, cancel: CancelGuard | None) -> None:
+        for view in views:
             pos = 0
             size = len(view)
             while pos < size:
@@ -239,7 +326,7 @@ class Connection:
                             view[pos : pos + k] = self._view[self._start : self._start + k]
                     self._start += k
                 elif cancel is None:
-                    k = self._recv_into(view[pos:], deadline)
+                    k = self._recv_into(view[pos:], deadline, whole=True)
                 else:
                     # Wait outside the guard (cancel() must never wait on a poll); the
                     # receive under it cannot block.
@@ -248,10 +335,6 @@ class Connection:
                     with cancel.guard():
                         k = self._recv_nowait(view[pos:])
                 pos += k
-        if self._take(2, deadline) != _CRLF:
-            self.broken = True
-            raise ProtocolError("redis: bulk reply not terminated by CRLF")
-        return True
 
     def _drain(self, n: int, deadline: float) -> None:
         have = min(n, self._end - self._start)
@@ -275,3 +358,13 @@ def set_nx_suffix(ttl_ms: int) -> tuple[bytes, int]:
         return tail, 4
     ms = str(ttl_ms).encode()
     return tail + b"$2\r\nPX\r\n$%d\r\n%s\r\n" % (len(ms), ms), 6
+
+
+def set_nx_frame(name: bytes, nbytes: int, ttl_ms: int, value_last: bool) -> tuple[bytes, bytes]:
+    """The bytes before and after an ``nbytes`` value in a create-if-absent write of
+    ``name``: ``SETNX name value`` when ``value_last`` and there is no TTL (nothing follows
+    the value), else ``SET name value NX [PX ttl_ms]``."""
+    if value_last and not ttl_ms:
+        return b"*3\r\n$5\r\nSETNX\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, nbytes), _CRLF
+    tail, nargs = set_nx_suffix(ttl_ms)
+    return b"*%d\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (nargs, len(name), name, nbytes), tail

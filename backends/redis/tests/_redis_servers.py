@@ -14,7 +14,14 @@ import time
 import uuid
 from pathlib import Path
 
-__all__ = ["RedisServer", "free_port", "redis_server_binary"]
+__all__ = [
+    "RedisClusterServers",
+    "RedisServer",
+    "TlsFiles",
+    "free_port",
+    "make_tls_files",
+    "redis_server_binary",
+]
 
 
 def redis_server_binary() -> str | None:
@@ -25,6 +32,40 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class TlsFiles:
+    """A throwaway CA, a server certificate it signed (for 127.0.0.1 / localhost), and a
+    second, unrelated CA; made with openssl in ``d``."""
+
+    def __init__(self, d: Path) -> None:
+        self.ca_key, self.ca = self._ca(d, "test-ca")
+        _, self.other_ca = self._ca(d, "other-ca")
+        self.key, self.cert = d / "server.key", d / "server.crt"
+        csr, ext = d / "server.csr", d / "ext.cnf"
+        ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+                        "-keyout", str(self.key), "-out", str(csr)], check=True, capture_output=True)  # fmt: skip
+        subprocess.run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(self.ca), "-CAkey", str(self.ca_key),
+                        "-CAcreateserial", "-days", "2", "-extfile", str(ext), "-out", str(self.cert)],
+                       check=True, capture_output=True)  # fmt: skip
+
+    @staticmethod
+    def _ca(d: Path, name: str) -> tuple[Path, Path]:
+        key, crt = d / f"{name}.key", d / f"{name}.crt"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(crt)],
+                       check=True, capture_output=True)  # fmt: skip
+        return key, crt
+
+    def server_args(self) -> list[str]:
+        """redis-server options for TLS with these files (clients need no certificate)."""
+        return ["--tls-cert-file", str(self.cert), "--tls-key-file", str(self.key),
+                "--tls-ca-cert-file", str(self.ca), "--tls-auth-clients", "no"]  # fmt: skip
+
+
+def make_tls_files(d: Path) -> TlsFiles:
+    return TlsFiles(d)
 
 
 class RedisServer:
@@ -79,13 +120,29 @@ class RedisServer:
 
 
 class RedisClusterServers:
-    """Three masters, no replicas, ``cluster-require-full-coverage no`` (servers.md recipe)."""
+    """Three masters, no replicas, ``cluster-require-full-coverage no`` (servers.md recipe).
+    ``tls``: TLS only (client port and cluster bus); ``extra``: more server options (ACL
+    users, ``--requirepass``); ``cli_args``: what ``redis-cli`` then needs (``-a``, ``--tls``)."""
 
-    def __init__(self, masters: int = 3) -> None:
-        extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-                 "--cluster-require-full-coverage", "no"]  # fmt: skip
+    def __init__(
+        self,
+        masters: int = 3,
+        tls: TlsFiles | None = None,
+        extra: list[str] | None = None,
+        cli_args: list[str] | None = None,
+    ) -> None:
+        opts = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+                "--cluster-require-full-coverage", "no", *(extra or [])]  # fmt: skip
+        if tls is not None:
+            opts += [*tls.server_args(), "--tls-cluster", "yes"]
+        self.cli_args = list(cli_args or [])
+        if tls is not None:
+            self.cli_args += ["--tls", "--cacert", str(tls.ca)]
         # an explicit bus port: the default (port + 10000) may not exist for a high free port
-        self.nodes = [RedisServer(extra=[*extra, "--cluster-port", str(free_port())]) for _ in range(masters)]
+        self.nodes = [
+            RedisServer(extra=[*opts, "--cluster-port", str(free_port())], tls_port=tls is not None)
+            for _ in range(masters)
+        ]
 
     @property
     def url(self) -> str:
@@ -96,7 +153,7 @@ class RedisClusterServers:
             for n in self.nodes:
                 n.start()
             subprocess.run(
-                ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                ["redis-cli", *self.cli_args, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
                  "--cluster-replicas", "0", "--cluster-yes"],
                 check=True, capture_output=True, timeout=60,
             )  # fmt: skip
@@ -107,7 +164,11 @@ class RedisClusterServers:
 
     def cli(self, node: RedisServer, *args: str) -> str:
         return subprocess.run(
-            ["redis-cli", "-p", str(node.port), *args], check=True, capture_output=True, text=True, timeout=30
+            ["redis-cli", *self.cli_args, "-p", str(node.port), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
         ).stdout
 
     def wait_ok(self, timeout: float = 30.0) -> None:

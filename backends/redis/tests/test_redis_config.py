@@ -40,6 +40,7 @@ def acl_server() -> Iterator[RedisServer]:
                 "+strlen",
                 "+mget",
                 "+set",
+                "+setnx",
                 "+unlink",
                 "+scan",
                 "+ping",

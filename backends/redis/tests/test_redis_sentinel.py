@@ -1,9 +1,11 @@
 """Sentinel: a master, a replica and one sentinel started here (killed by PID); a
-``redis+sentinel://`` transport follows a failover."""
+``redis+sentinel://`` transport follows a failover. A sentinel with a password (and an ACL
+user) of its own, separate from the master's."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -17,7 +19,7 @@ from _redis_servers import RedisServer, free_port
 from hicache_backend_redis import RedisConfig, RedisTransport
 from hicache_backend_redis.resp import Connection, command
 
-from hicache_sdk import TransportError
+from hicache_sdk import ConfigError, TransportError
 
 
 def _call(port: int, *args: str | int) -> object:
@@ -117,8 +119,6 @@ def test_follows_a_failover(sentinel_setup: tuple[RedisServer, RedisServer, int]
 
 
 def test_bad_sentinel_urls_name_the_key() -> None:
-    from hicache_sdk import ConfigError
-
     for url in (
         "redis+sentinel://127.0.0.1:1",
         "redis+sentinel://127.0.0.1/svc",
@@ -126,3 +126,90 @@ def test_bad_sentinel_urls_name_the_key() -> None:
     ):
         with pytest.raises(ConfigError, match="url"):
             RedisTransport(RedisConfig(url=url))
+
+
+MASTER_PW = "m4ster-s3cret-pw"
+SENTINEL_PW = "s3ntinel-s3cret-pw"
+
+
+@pytest.fixture(scope="module")
+def auth_sentinel() -> Iterator[tuple[RedisServer, int]]:
+    """A master with a password and one sentinel with a password of its own (and an ACL
+    user ``watcher``), which knows the master's (``sentinel auth-pass``)."""
+    master = RedisServer(extra=["--requirepass", MASTER_PW])
+    master.start()
+    sport = free_port()
+    conf = master.dir / "sentinel.conf"
+    conf.write_text(
+        f"port {sport}\nbind 127.0.0.1\ndir {master.dir}\n"
+        f"sentinel monitor svc 127.0.0.1 {master.port} 1\nsentinel auth-pass svc {MASTER_PW}\n"
+        f"requirepass {SENTINEL_PW}\nuser watcher on >{SENTINEL_PW} +@all\n"
+    )
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        proc = subprocess.Popen(
+            ["redis-server", str(conf), "--sentinel", "--logfile", str(master.dir / "sentinel.log")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        _until(lambda: socket.create_connection(("127.0.0.1", sport), 0.2).close() is None, "the sentinel")
+        yield master, sport
+    finally:
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        master.close()
+
+
+def _no_secret(text: str) -> None:
+    assert MASTER_PW not in text and SENTINEL_PW not in text
+
+
+@pytest.mark.parametrize("user", [None, "watcher"])
+def test_sentinel_with_its_own_password(
+    auth_sentinel: tuple[RedisServer, int], user: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, sport = auth_sentinel
+    caplog.set_level(logging.DEBUG)
+    cfg = RedisConfig(
+        url=f"redis+sentinel://127.0.0.1:{sport}/svc",
+        password=MASTER_PW,
+        sentinel_username=user,
+        sentinel_password=SENTINEL_PW,
+    )
+    t = RedisTransport(cfg)
+    try:
+        a = np.arange(5000, dtype=np.uint8) % 251
+        assert t.write(["auth"], [_segs(a)]) == [True]
+        out = np.zeros_like(a)
+        assert t.read(["auth"], [_segs(out)]) == [True] and np.array_equal(out, a)
+        assert t.exists(["auth", "none"]) == [5000, None]
+        for text in (repr(cfg), repr(t), repr(t.endpoint), str(cfg.redacted()), caplog.text):
+            _no_secret(text)
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize(
+    ("kw", "key"),
+    [
+        ({"sentinel_password": "wrong-" + SENTINEL_PW}, "sentinel_password"),
+        (
+            {"sentinel_username": "watcher", "sentinel_password": "wrong"},
+            "sentinel_username / sentinel_password",
+        ),
+        ({}, "sentinel_password"),  # the sentinel wants one: NOAUTH
+    ],
+)
+def test_wrong_or_missing_sentinel_password_is_a_config_error(
+    auth_sentinel: tuple[RedisServer, int], kw: dict[str, str], key: str
+) -> None:
+    _, sport = auth_sentinel
+    with pytest.raises(ConfigError, match=f"^{key}:") as ei:
+        RedisTransport(RedisConfig(url=f"redis+sentinel://127.0.0.1:{sport}/svc", password=MASTER_PW, **kw))
+    _no_secret(str(ei.value))
+
+
+def test_sentinel_credentials_need_a_sentinel_url() -> None:
+    with pytest.raises(ConfigError, match="sentinel_password"):
+        RedisTransport(RedisConfig(url="redis://127.0.0.1:1/0", sentinel_password="x"))

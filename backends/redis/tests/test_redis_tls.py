@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _redis_servers import RedisServer
+from _redis_servers import RedisServer, make_tls_files
 from hicache_backend_redis import RedisConfig, RedisTransport
 
 from hicache_sdk import ConfigError
@@ -18,34 +17,13 @@ if shutil.which("openssl") is None:  # pragma: no cover - depends on the machine
     pytest.skip("openssl not installed", allow_module_level=True)
 
 
-def _ca(d: Path, name: str) -> tuple[Path, Path]:
-    key, crt = d / f"{name}.key", d / f"{name}.crt"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", f"/CN={name}", "-keyout", str(key), "-out", str(crt)],
-                   check=True, capture_output=True)  # fmt: skip
-    return key, crt
-
-
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisServer, Path, Path]]:
-    d = tmp_path_factory.mktemp("tls")
-    ca_key, ca_crt = _ca(d, "test-ca")
-    _, other_ca = _ca(d, "other-ca")
-    key, csr, crt, ext = d / "server.key", d / "server.csr", d / "server.crt", d / "ext.cnf"
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-                    "-keyout", str(key), "-out", str(csr)], check=True, capture_output=True)  # fmt: skip
-    subprocess.run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key),
-                    "-CAcreateserial", "-days", "2", "-extfile", str(ext), "-out", str(crt)],
-                   check=True, capture_output=True)  # fmt: skip
-    srv = RedisServer(
-        extra=["--tls-cert-file", str(crt), "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca_crt),
-               "--tls-auth-clients", "no"],
-        tls_port=True,
-    )  # fmt: skip
+    files = make_tls_files(tmp_path_factory.mktemp("tls"))
+    srv = RedisServer(extra=files.server_args(), tls_port=True)
     srv.start()
     try:
-        yield srv, ca_crt, other_ca
+        yield srv, files.ca, files.other_ca
     finally:
         srv.close()
 

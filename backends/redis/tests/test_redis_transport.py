@@ -49,7 +49,8 @@ def test_round_trip_values_and_misses(make_transport: Make, request: pytest.Fixt
 
 
 def test_one_round_trip_per_batch(make_transport: Make, request: pytest.FixtureRequest) -> None:
-    t = make_transport(key_prefix=f"t:{request.node.name}:", max_command_bytes=1 << 16)
+    """With ``write_window = 0`` writes are pipelined whole; exists and reads always are."""
+    t = make_transport(key_prefix=f"t:{request.node.name}:", max_command_bytes=1 << 16, write_window=0)
     pages = [pattern(i, 40000) for i in range(64)]  # 64 x 40 kB: ~40 MGET commands of <= 64 KiB
     keys = [f"k{i}" for i in range(64)]
     t.exists(["warm"])  # open the connection
@@ -62,6 +63,45 @@ def test_one_round_trip_per_batch(make_transport: Make, request: pytest.FixtureR
     assert t.read(keys, [segs(o) for o in out]) == [True] * 64
     assert t.round_trips == before + 3
     assert all(np.array_equal(a, b) for a, b in zip(out, pages))
+
+
+def test_windowed_writes(
+    make_transport: Make, redis_server: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    """Values of 32 KiB or more go write_window at a time per connection as SETNX (value
+    last), each a round trip of its own; smaller ones stay pipelined as SET NX; with a TTL
+    the big ones are SET NX PX. The first writer wins in every form."""
+    pfx = f"t:{request.node.name}:"
+    t = make_transport(key_prefix=pfx, write_window=2, parallel_connections=1)
+    big = [pattern(i, 40000) for i in range(7)]
+    small = [pattern(i, 3000) for i in range(7)]
+    t.exists(["warm"])
+    before, setnx = t.round_trips, _calls(redis_server, "setnx")
+    assert t.write([f"b{i}" for i in range(7)], [segs(p) for p in big]) == [True] * 7
+    assert t.round_trips - before == 6  # 2 sent, then 5 more each after a reply
+    assert _calls(redis_server, "setnx") - setnx == 7
+    before, setc = t.round_trips, _calls(redis_server, "set")
+    assert t.write([f"s{i}" for i in range(7)], [segs(p) for p in small]) == [True] * 7
+    assert t.round_trips - before == 1 and _calls(redis_server, "set") - setc == 7
+    other = pattern(99, 40000)
+    assert t.write(["b3", "new"], [segs(other), segs(other)]) == [True, True]
+    out = [np.zeros_like(p) for p in big]
+    assert t.read([f"b{i}" for i in range(7)], [segs(o) for o in out]) == [True] * 7
+    assert all(np.array_equal(a, b) for a, b in zip(out, big))  # b3 kept its first value
+    ttl = make_transport(key_prefix=pfx, write_window=1, ttl_s=100)
+    setc = _calls(redis_server, "set")
+    assert ttl.write(["t0", "t1"], [segs(big[0]), segs(big[1])]) == [True, True]
+    assert _calls(redis_server, "set") - setc == 2
+    assert 0 < int(raw(redis_server, "PTTL", pfx + "t1")) <= 100_000  # type: ignore[call-overload]
+
+
+def _calls(server: RedisServer, name: str) -> int:
+    info = raw(server, "INFO", "commandstats")
+    assert isinstance(info, bytes)
+    for line in info.decode().splitlines():
+        if line.startswith(f"cmdstat_{name}:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
 
 
 def test_commands_are_bounded(

@@ -11,7 +11,14 @@ from typing import Any, ClassVar
 from hicache_sdk import Segments
 from hicache_sdk.memory_backend import MemoryStorage, MemoryTransport
 
-__all__ = ["ShortReadIsTrue", "WriteReplaces", "MissRaises", "WritePartiallyVisible", "BROKEN_TRANSPORTS"]
+__all__ = [
+    "ShortReadIsTrue",
+    "WriteReplaces",
+    "DuplicateLastWins",
+    "MissRaises",
+    "WritePartiallyVisible",
+    "BROKEN_TRANSPORTS",
+]
 
 
 class ShortReadIsTrue(MemoryTransport):
@@ -48,6 +55,17 @@ class WriteReplaces(MemoryTransport):
             self.delete([key])
             out += super().write([key], [segs])
         return out
+
+
+class DuplicateLastWins(MemoryTransport):
+    """Create-if-absent across batches, but within one batch the last copy of a key wins
+    (a parallel writer whose later publish lands first)."""
+
+    FAILS: ClassVar[str] = "test_transport_duplicate_keys_in_one_batch"
+
+    def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        out = super().write(list(reversed(keys)), list(reversed(buffers)))
+        return list(reversed(out))
 
 
 class MissRaises(MemoryTransport):
@@ -103,5 +121,5 @@ def _backend(transport_cls: type[MemoryTransport]) -> type[MemoryStorage]:
 #: Backend class (memory backend over the broken transport) -> the test it must fail.
 BROKEN_TRANSPORTS: dict[str, tuple[type[MemoryStorage], str]] = {
     t.__name__: (_backend(t), t.FAILS)
-    for t in (ShortReadIsTrue, WriteReplaces, MissRaises, WritePartiallyVisible)
+    for t in (ShortReadIsTrue, WriteReplaces, DuplicateLastWins, MissRaises, WritePartiallyVisible)
 }

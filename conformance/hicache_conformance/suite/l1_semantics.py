@@ -79,9 +79,12 @@ class SemanticsTests(SuiteBase):
         case = PoolCase()
         att = self.attach(backend_factory(storage_config=self.storage_config_for(case)), case)
         a, b = self.keys(backend_factory.namespace, "dup", 2)
-        ok, data = self.write(att, [a, b, a], 0, seeds=[a, b, a])
+        # the two copies of `a` differ: the first written must be the one kept
+        ok, data = self.write(att, [a, b, a], 0, seeds=[a, b, f"{a}-second-copy"])
         assert ok == [True, True, True]
+        assert data[0] != data[2]
         got = self.read(att, [a, a, b], 10)
+        assert got[0] != data[2], "a later copy of a duplicate key replaced the first (the first write wins)"
         assert got == [data[0], data[0], data[1]]
 
     @level(1)

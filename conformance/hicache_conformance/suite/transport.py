@@ -21,8 +21,8 @@ Rules (see ``docs/conformance.md``): byte-exact round trips, multi-segment buffe
 a miss is ``False`` / ``None`` (never an exception), an object shorter or longer than the
 buffer is never read as ``True``, a foreign object (bytes no adapter wrote) reads back
 exactly, a write of an existing object leaves it untouched (create-if-absent), duplicate
-keys in one batch all report ``True`` and the object equals exactly one of the copies,
-whole, and no reader ever sees a partially written object.
+keys in one batch all report ``True`` and the object is the first copy, whole (the first
+write wins), and no reader ever sees a partially written object.
 """
 
 from __future__ import annotations
@@ -158,14 +158,17 @@ class TransportTests(SuiteBase):
 
     @level(1)
     def test_transport_duplicate_keys_in_one_batch(self, transport: Any, tkeys: Any) -> None:
-        """Every occurrence reports True; the object is exactly one of the copies, whole."""
+        """Every occurrence reports True; the object is the FIRST copy, whole (the
+        contract: a later copy never replaces it). Three copies, so a writer that keeps
+        the last or a middle one fails."""
         (k,) = tkeys("dup")
-        a, b = P.pattern("copy-a", _N), P.pattern("copy-b", _N)
-        srcs = [_filled(a), _filled(b)]  # kept alive: segments are bare addresses
-        ok = transport.write([k, k], [_segs(t) for t in srcs])
-        assert list(ok) == [True, True], f"duplicate keys reported {ok}"
+        copies = [P.pattern(f"copy-{c}", _N) for c in "abc"]
+        srcs = [_filled(c) for c in copies]  # kept alive: segments are bare addresses
+        ok = transport.write([k, k, k], [_segs(t) for t in srcs])
+        assert list(ok) == [True, True, True], f"duplicate keys reported {ok}"
         got = self._get(transport, k, _N)
-        assert got in (a, b), "the object is not one of the copies, whole"
+        assert got in copies, "the object is not one of the copies, whole"
+        assert got == copies[0], f"copy {'abc'[copies.index(got)]} won; the first write must win"
         dsts = [_buf(_N), _buf(_N)]
         assert transport.read([k, k], [_segs(d) for d in dsts]) == [True, True]
         assert bytes(dsts[0].numpy()) == bytes(dsts[1].numpy()) == got
