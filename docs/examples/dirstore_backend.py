@@ -120,7 +120,10 @@ class DirTransport(Transport):
             return False
 
     def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
-        return self._fan.map(self._write_one, list(zip(keys, buffers)))
+        first = dict(zip(reversed(keys), reversed(range(len(keys)))))  # key -> its first index
+        order = sorted(first.values())  # a repeated key is written once, from its first copy
+        done = dict(zip(order, self._fan.map(self._write_one, [(keys[i], buffers[i]) for i in order])))
+        return [done[first[k]] for k in keys]
 
     def _write_one(self, item: tuple[str, Segments]) -> bool:
         key, segs = item

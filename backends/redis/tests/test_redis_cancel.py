@@ -11,8 +11,8 @@ import threading
 import time
 
 import pytest
-
 from hicache_backend_redis.resp import Connection
+
 from hicache_sdk.errors import Cancelled
 from hicache_sdk.kit import CancelToken
 
@@ -46,7 +46,7 @@ def test_read_cancelled_mid_value_touches_nothing_after_cancel() -> None:
     peer.settimeout(2.0)
     try:  # the rest arrives after the cancel (the reader may have stopped reading)
         peer.sendall(VALUE[len(VALUE) // 2 :] + b"\r\n")
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         pass
     t.join(10)
     assert not t.is_alive()
@@ -81,7 +81,7 @@ def test_write_cancelled_mid_command_reads_nothing_after_cancel() -> None:
     while True:  # drain what was sent
         try:
             chunk = peer.recv(1 << 20)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             break
         if not chunk:
             break
