@@ -33,8 +33,8 @@ Values crossing the boundary:
 * SGLang's ``PoolTransfer``, ``PoolName`` and ``HiCacheStorageExtraInfo`` go to the inner
   backend unchanged (it reads them by attribute and pool names by value).
 * ``batch_exists_v2`` returns SGLang's ``PoolTransferResult`` and ``get_stats`` SGLang's
-  ``StorageMetrics`` whenever SGLang's modules defining them are loaded (its metrics
-  logger asserts ``isinstance``); otherwise the inner backend's objects are returned.
+  ``StorageMetrics`` whenever SGLang is loaded (its metrics logger asserts ``isinstance``);
+  otherwise the inner backend's objects are returned (:mod:`hicache_sdk.sglang_types`).
 * Inside SGLang, SGLang's own failure-injector variables are SGLang's job: the bridge
   calls ``hicache_sdk.resilience.inject.set_inside_sglang(True)`` (when it exists) before
   building the inner backend, so they are not applied twice.
@@ -54,7 +54,6 @@ SGLang's injected ``file_storage_path``) is kept, and ``backend_config`` is merg
 from __future__ import annotations
 
 import copy
-import dataclasses
 import importlib
 import importlib.util
 import logging
@@ -67,6 +66,12 @@ from typing import TYPE_CHECKING, Any, List, Optional
 from .config import LOADER_KEYS
 from .sglang_checks import choose_interface_v1, unservable_pool
 from .sglang_metrics import BRIDGE_KEYS, start_endpoint
+from .sglang_types import (
+    SGLANG_METRICS_MODULE,
+    SGLANG_STORAGE_MODULE,
+    to_sglang_metrics,
+    to_sglang_transfer_result,
+)
 from .spec import (
     HiCacheStorage,
     HiCacheStorageExtraInfo,
@@ -79,17 +84,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "BRIDGE_EXTRA_CONFIG",
+    "SGLANG_METRICS_MODULE",
     "SGLANG_STORAGE_MODULE",
     "HiCacheSDKStorage",
     "sglang_storage_base",
 ]
 
 log = logging.getLogger(__name__)
-
-#: SGLang's module holding its ``HiCacheStorage`` ABC and transfer types.
-SGLANG_STORAGE_MODULE = "sglang.srt.mem_cache.hicache_storage"
-#: SGLang's module holding ``StorageMetrics`` (what its metrics logger expects).
-SGLANG_METRICS_MODULE = "sglang.srt.observability.metrics_collector"
 
 #: The loader keys SGLang's ``dynamic`` backend needs to construct the bridge.
 BRIDGE_EXTRA_CONFIG: Mapping[str, Any] = {
@@ -143,23 +144,6 @@ elif _SGLANG_BASE is not None:
     _Base = type("_SGLangCompatibleStorage", (HiCacheStorage, _SGLANG_BASE), {"__module__": __name__})
 else:
     _Base = HiCacheStorage
-
-
-def _sglang_attr(module: str, name: str) -> Any:
-    """``module.name`` if SGLang's ``module`` is already loaded, else ``None``."""
-    mod = sys.modules.get(module)
-    return getattr(mod, name, None) if mod is not None else None
-
-
-def _convert_dataclass(value: Any, target: Any) -> Any:
-    """Copy the fields ``target`` (a dataclass type) declares from ``value``; return
-    ``value`` unchanged when ``target`` is not a dataclass or ``value`` is already one."""
-    if value is None or not isinstance(target, type) or isinstance(value, target):
-        return value
-    if not dataclasses.is_dataclass(target):
-        return value
-    kwargs = {f.name: getattr(value, f.name) for f in dataclasses.fields(target) if hasattr(value, f.name)}
-    return target(**kwargs)
 
 
 def _mark_inside_sglang() -> None:
@@ -345,9 +329,9 @@ class HiCacheSDKStorage(_Base):
         extra_info: Optional[HiCacheStorageExtraInfo] = None,
     ) -> PoolTransferResult:
         """The inner result, as SGLang's ``PoolTransferResult`` when SGLang is loaded."""
-        result = self.inner.batch_exists_v2(keys, pool_transfers, extra_info)
-        target = _sglang_attr(SGLANG_STORAGE_MODULE, "PoolTransferResult")
-        converted: PoolTransferResult = _convert_dataclass(result, target)
+        converted: PoolTransferResult = to_sglang_transfer_result(
+            self.inner.batch_exists_v2(keys, pool_transfers, extra_info)
+        )
         return converted
 
     def batch_get_v2(
@@ -355,6 +339,8 @@ class HiCacheSDKStorage(_Base):
         transfers: List[PoolTransfer],
         extra_info: Optional[HiCacheStorageExtraInfo] = None,
     ) -> dict[str, List[bool]]:
+        """The inner result unchanged: SGLang declares it a plain ``dict[str, List[bool]]``
+        and looks pools up by its ``PoolName`` (a ``str`` enum, equal to our keys)."""
         return self.inner.batch_get_v2(transfers, extra_info)
 
     def batch_set_v2(
@@ -369,10 +355,10 @@ class HiCacheSDKStorage(_Base):
         self.inner.clear()
 
     def get_stats(self) -> Any:
-        """The inner metrics, as SGLang's ``StorageMetrics`` when SGLang's metrics module
-        is loaded (its logger asserts ``isinstance``); ``None`` stays ``None``."""
-        stats = self.inner.get_stats()
-        return _convert_dataclass(stats, _sglang_attr(SGLANG_METRICS_MODULE, "StorageMetrics"))
+        """The inner metrics, as SGLang's ``StorageMetrics`` whenever SGLang is loaded (its
+        logger asserts ``isinstance``; its metrics module is imported on first use if need
+        be, see :mod:`hicache_sdk.sglang_types`); ``None`` stays ``None``."""
+        return to_sglang_metrics(self.inner.get_stats())
 
     def close(self) -> None:
         """Close the inner backend once: idempotent whatever the inner backend does (SGLang

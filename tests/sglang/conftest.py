@@ -4,11 +4,13 @@ Two kinds of test live here:
 
 * ``test_sglang_bridge_unit.py`` runs everywhere (the main venv has no SGLang): the bridge
   with our own host pools, and with a small fake SGLang module in a subprocess.
-* ``test_sglang_bridge.py`` runs the bridge inside the **real** SGLang 0.5.23. It is
-  collected only when ``HICACHE_SGLANG_ENV=1`` (set by ``tox -e sglang``). Then this
-  conftest installs the stand-ins for SGLang's GPU-only imports (``triton``,
-  ``torchvision``; see ``sglang_standins.py``) and imports SGLang's storage and host-pool
-  modules right here, so a broken SGLang environment fails the whole run with the import
+* ``test_sglang_bridge.py`` (and the other modules in ``collect_ignore``) run the bridge
+  inside the **real** SGLang 0.5.23; ``test_sglang_backends.py`` runs each of our four
+  backends there against real servers (``sglang_servers.py``). They are collected only
+  when ``HICACHE_SGLANG_ENV=1`` (set by ``tox -e sglang``). Then this conftest installs
+  the stand-ins for SGLang's GPU-only imports (``triton``, ``torchvision``; see
+  ``sglang_standins.py``) and imports SGLang's storage and host-pool modules right here,
+  so a broken SGLang environment fails the whole run with the import
   error -- never a skip.
 """
 
@@ -41,6 +43,8 @@ collect_ignore = (
         "test_sglang_conformance.py",
         "test_sglang_bridge_layouts.py",
         "test_sglang_mooncake_interop.py",
+        "test_sglang_backends.py",
+        "test_sglang_result_types.py",
     ]
 )
 
@@ -59,3 +63,7 @@ if REAL_SGLANG:
                 f"HICACHE_SGLANG_ENV=1 but SGLang's {_name} does not import: {type(e).__name__}: {e}. "
                 "Install tests/sglang/requirements.txt and `pip install --no-deps sglang==0.5.23`."
             ) from e
+
+    # The real servers of our redis / s3 / mooncake backends (session-scoped, started on
+    # first use, stopped by PID).
+    from sglang_servers import mooncake_cluster, moto_server, redis_server  # noqa: F401

@@ -15,9 +15,11 @@ import torch
 from sglang.srt.mem_cache.device_pool_info import (
     KVBufferLayout,
     KVBuffers,
+    MambaStateBufferInfo,
     MHABufferInfo,
     MLABufferInfo,
 )
+from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost
 from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost
 from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
 
@@ -36,15 +38,19 @@ def _ptr_table(tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.uint64)
 
 
-def _device_rows(width_shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+def _device_rows(width_shape: tuple[int, ...], layers: int = LAYERS) -> tuple[torch.Tensor, ...]:
     # One padding page, as SGLang's device pools have.
-    return tuple(torch.zeros(DEVICE_TOKENS + PAGE_SIZE, *width_shape, dtype=DTYPE) for _ in range(LAYERS))
+    return tuple(torch.zeros(DEVICE_TOKENS + PAGE_SIZE, *width_shape, dtype=DTYPE) for _ in range(layers))
 
 
-def mha_pool(layout: str) -> Any:
-    """An SGLang MHA host pool (``layer_first`` or ``page_first``), 2x the device size."""
-    k = _device_rows((HEADS, HEAD_DIM))
-    v = _device_rows((HEADS, HEAD_DIM))
+def mha_pool(layout: str, layers: int = LAYERS) -> Any:
+    """An SGLang MHA host pool (``layer_first`` or ``page_first``), 2x the device size.
+
+    With ``layers`` < ``LAYERS`` it is also what SGLang 0.5.23 builds as the SWA host pool of a
+    hybrid-SWA model without a unified page envelope (``build_kv_host_pool`` on the SWA
+    device pool: the same ``MHATokenToKVPoolHost`` class over the sliding-window layers)."""
+    k = _device_rows((HEADS, HEAD_DIM), layers)
+    v = _device_rows((HEADS, HEAD_DIM), layers)
     info = MHABufferInfo(
         buffers=KVBuffers(
             k=k, v=v, k_data_ptrs=_ptr_table(k), v_data_ptrs=_ptr_table(v), layout=KVBufferLayout.NHD
@@ -66,7 +72,7 @@ def mha_pool(layout: str) -> Any:
         device="cpu",
         device_capacity_tokens=DEVICE_TOKENS,
         start_layer=0,
-        end_layer=LAYERS,
+        end_layer=layers,
     )
 
 
@@ -99,6 +105,28 @@ def mla_pool(layout: str) -> Any:
         end_layer=LAYERS,
         target_layer_num=LAYERS,
     )
+
+
+MAMBA_LAYERS = 2
+MAMBA_SLOTS = 8
+
+
+def mamba_pool() -> Any:
+    """SGLang's ``MambaPoolHost`` (page_first, page size 1: one state slot per page), over a
+    device-side ``MambaStateBufferInfo`` of one float32 temporal state and two bfloat16 conv
+    states, as ``hybrid_pool_assembler`` builds it (mixed dtypes, like real SSM models)."""
+    temporal = torch.zeros(MAMBA_LAYERS, MAMBA_SLOTS + 1, 2, 4, dtype=torch.float32)
+    conv = tuple(torch.zeros(MAMBA_LAYERS, MAMBA_SLOTS + 1, 3, w, dtype=DTYPE) for w in (4, 6))
+    info = MambaStateBufferInfo(temporal=temporal, conv=conv)
+    return MambaPoolHost(
+        info, 2.0, 0, device_capacity=MAMBA_SLOTS, pin_memory=False, device="cpu", layout="page_first"
+    )
+
+
+def swa_pool() -> Any:
+    """The SWA host pool of a hybrid-SWA model (see :func:`mha_pool`): one sliding-window
+    layer, page_first."""
+    return mha_pool("page_first", layers=1)
 
 
 POOLS = {

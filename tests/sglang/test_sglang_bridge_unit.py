@@ -21,11 +21,19 @@ from hicache_sdk.hostpool.mha import MHAHostPool
 from hicache_sdk.memory_backend import MemoryStorage, drop_store
 from hicache_sdk.sglang import (
     BRIDGE_EXTRA_CONFIG,
+    SGLANG_METRICS_MODULE,
     SGLANG_STORAGE_MODULE,
     HiCacheSDKStorage,
     sglang_storage_base,
 )
-from hicache_sdk.spec import HiCacheStorage, HiCacheStorageConfig, PoolName, PoolTransfer, PoolTransferResult
+from hicache_sdk.spec import (
+    HiCacheStorage,
+    HiCacheStorageConfig,
+    PoolName,
+    PoolTransfer,
+    PoolTransferResult,
+    StorageMetrics,
+)
 
 SGLANG_LOADED = SGLANG_STORAGE_MODULE in sys.modules
 
@@ -84,7 +92,9 @@ def test_roundtrip_through_bridge_on_our_pool(store: str) -> None:
     reads = bridge.batch_get_v2([PoolTransfer(name=PoolName.KV, host_indices=dst, keys=keys)])
     assert reads == {"kv": [True, True]}
     stats = bridge.get_stats()
-    assert sum(stats.prefetch_pgs) >= 4
+    # SGLang's StorageMetrics when SGLang is loaded, else ours (the main venv has no SGLang).
+    want_stats = sys.modules[SGLANG_METRICS_MODULE].StorageMetrics if SGLANG_LOADED else StorageMetrics
+    assert type(stats) is want_stats and sum(stats.prefetch_pgs) >= 4
     bridge.clear()
     assert bridge.batch_exists(keys) == 0
     bridge.close()
@@ -206,13 +216,13 @@ print("CHILD-OK")
 """
 
 
-def _fake_sglang(root: Path, storage_source: str) -> None:
+def _fake_sglang(root: Path, storage_source: str, metrics_source: str = _FAKE_METRICS) -> None:
     pkg = root / "sglang"
     for sub in ("", "srt", "srt/mem_cache", "srt/observability"):
         (pkg / sub).mkdir(parents=True, exist_ok=True)
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "srt/mem_cache/hicache_storage.py").write_text(storage_source)
-    (pkg / "srt/observability/metrics_collector.py").write_text(_FAKE_METRICS)
+    (pkg / "srt/observability/metrics_collector.py").write_text(metrics_source)
 
 
 def _run_child(root: Path, code: str) -> subprocess.CompletedProcess[str]:
@@ -245,3 +255,53 @@ def test_broken_sglang_falls_back_to_our_base(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "FALLBACK-OK" in proc.stdout
     assert "does not import" in proc.stderr and "no_such_gpu_module" in proc.stderr
+
+
+_STATS_CHILD = """
+import sys
+import hicache_sdk.sglang as bridge_mod
+from hicache_sdk.hostpool.mha import MHAHostPool
+from hicache_sdk.spec import HiCacheStorageConfig, StorageMetrics
+
+METRICS = "sglang.srt.observability.metrics_collector"
+assert METRICS not in sys.modules  # SGLang's storage module does not import it
+cfg = HiCacheStorageConfig(extra_config={**bridge_mod.BRIDGE_EXTRA_CONFIG, "backend": "memory"})
+b = bridge_mod.HiCacheSDKStorage(cfg, {})
+pool = MHAHostPool(16, 4, 1, 1, 4)
+b.register_mem_pool_host(pool)
+assert b.batch_set_v1(["cd" * 32], pool.alloc(4)) == [True]
+s = b.get_stats()
+assert s.backup_pgs == [1], s
+if "broken" in sys.argv:
+    assert type(s) is StorageMetrics, type(s)
+    assert type(b.get_stats()) is StorageMetrics
+else:
+    assert type(s) is sys.modules[METRICS].StorageMetrics, type(s)
+print("STATS-OK")
+"""
+
+
+def test_sglang_metrics_module_is_imported_on_first_get_stats(tmp_path: Path) -> None:
+    """SGLang loaded, its metrics module not yet: ``get_stats`` imports it and returns
+    SGLang's ``StorageMetrics`` (its logger asserts ``isinstance``)."""
+    _fake_sglang(tmp_path, _FAKE_STORAGE)
+    proc = _run_child(tmp_path, _STATS_CHILD)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "STATS-OK" in proc.stdout
+
+
+def test_broken_sglang_metrics_module_keeps_our_stats(tmp_path: Path) -> None:
+    """A metrics module that does not import: our ``StorageMetrics``, one warning, no error."""
+    _fake_sglang(tmp_path, _FAKE_STORAGE, metrics_source="import no_such_gpu_module\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env.pop("HICACHE_SGLANG_ENV", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_STATS_CHILD), "broken"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "STATS-OK" in proc.stdout
+    assert proc.stderr.count("does not import") == 1 and "no_such_gpu_module" in proc.stderr

@@ -42,13 +42,9 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[MooncakeCluster]:
-    c = MooncakeCluster(holder_bytes=64 << 20)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
+def cluster(mooncake_cluster: MooncakeCluster) -> MooncakeCluster:
+    """The session's cluster (``sglang_servers.py``), shared with test_sglang_backends.py."""
+    return mooncake_cluster
 
 
 @pytest.fixture(scope="module")
