@@ -12,10 +12,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .capabilities import Capabilities
-from .config import BackendConfig, parse_config_arg, secret_field
+from .config import BackendConfig, parse_config_arg, secret_field, setting
 from .errors import (
     BackendNotFoundError,
     BackendUnavailableError,
+    Cancelled,
     ConfigError,
     DuplicateBackendError,
     HiCacheError,
@@ -64,6 +65,11 @@ _LAZY: dict[str, str] = {
     "Metrics": "hicache_sdk.resilience.metrics",
     "FailureInjector": "hicache_sdk.resilience",
     "wrap_transport": "hicache_sdk.resilience",
+    # the transport kit (docs/transport-kit.md)
+    "CachedExistence": "hicache_sdk.kit.existence",
+    "CancelToken": "hicache_sdk.kit.cancel",
+    "FailureReasons": "hicache_sdk.kit.failures",
+    "FanOut": "hicache_sdk.kit.fanout",
 }
 
 __all__ = [
@@ -72,6 +78,7 @@ __all__ = [
     "BackendConfig",
     "BackendNotFoundError",
     "BackendUnavailableError",
+    "Cancelled",
     "Capabilities",
     "ConfigError",
     "DuplicateBackendError",
@@ -98,6 +105,7 @@ __all__ = [
     "parse_config_arg",
     "pool_name_str",
     "secret_field",
+    "setting",
     "storage_namespace_seed",
     *sorted(_LAZY),
 ]
@@ -139,6 +147,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .keys.scheme_base import KeyScheme as KeyScheme
     from .keys.scheme_base import ObjectSpec as ObjectSpec
     from .keys.schemes import make_scheme as make_scheme
+    from .kit.cancel import CancelToken as CancelToken
+    from .kit.existence import CachedExistence as CachedExistence
+    from .kit.failures import FailureReasons as FailureReasons
+    from .kit.fanout import FanOut as FanOut
     from .memory_backend import (
         MemoryConfig as MemoryConfig,
     )

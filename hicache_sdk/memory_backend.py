@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .capabilities import Capabilities
-from .config import BackendConfig
+from .config import BackendConfig, setting
+from .errors import ConfigError
 from .paged.adapter import PagedStorage
 from .transport import Segments, Transport
 
@@ -43,14 +44,12 @@ class MemoryConfig(BackendConfig):
     env_prefix: ClassVar[str] = "memory"
 
     store: str = "default"
-    capacity_bytes: int = 0
+    capacity_bytes: int = setting(0, ge=0, le=1 << 50, unit="bytes")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.store:
-            raise ValueError("store must be a non-empty string")
-        if self.capacity_bytes < 0:
-            raise ValueError(f"capacity_bytes must be >= 0, got {self.capacity_bytes!r}")
+            raise ConfigError("store: must be a non-empty string")
 
 
 class _Store:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from hicache_sdk import BackendConfig, ConfigError
+from hicache_sdk.config import setting
 
 __all__ = ["MooncakeConfig", "parse_size", "per_rank_segment_size"]
 
@@ -106,16 +107,14 @@ class MooncakeConfig(BackendConfig):
     tenant_id: str = "default"
     extra_backend_tag: str | None = None
     local_buffer_size: int | str = "16mb"
-    probe_timeout_s: float = 0.5
+    probe_timeout_s: float = setting(0.5, gt=0, le=600, unit="seconds")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.protocol not in ("rdma", "tcp"):
-            raise ValueError(f"protocol must be 'rdma' or 'tcp', got {self.protocol!r}")
+            raise ConfigError(f"protocol: must be 'rdma' or 'tcp', got {self.protocol!r}")
         parse_size(self.global_segment_size, "global_segment_size")
         parse_size(self.local_buffer_size, "local_buffer_size")
-        if self.probe_timeout_s <= 0:
-            raise ValueError(f"probe_timeout_s must be > 0, got {self.probe_timeout_s!r}")
 
     @property
     def segment_bytes(self) -> int:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
 from hicache_sdk import BackendConfig, ConfigError, secret_field
+from hicache_sdk.config import setting
 
 __all__ = ["Endpoint", "RedisConfig", "parse_endpoint", "redact_url"]
 
@@ -63,38 +64,20 @@ class RedisConfig(BackendConfig):
     password: str | None = secret_field(None)
     sentinel_username: str | None = secret_field(None)
     sentinel_password: str | None = secret_field(None)
-    db: int = -1
+    db: int = setting(-1, ge=0, le=1 << 20, allow=(-1,))
     key_prefix: str = "hicache:"
-    connect_timeout_s: float = 2.0
-    socket_timeout_s: float = 5.0
-    pool_size: int = 8
-    parallel_connections: int = 4
-    write_window: int = 1
-    ttl_s: int = 0
-    max_command_bytes: int = 64 << 20
+    connect_timeout_s: float = setting(2.0, gt=0, le=3600, unit="seconds")
+    socket_timeout_s: float = setting(5.0, gt=0, le=3600, unit="seconds")
+    pool_size: int = setting(8, ge=1, le=4096)
+    parallel_connections: int = setting(4, ge=1, le=256)
+    write_window: int = setting(1, ge=0, le=1 << 20)
+    ttl_s: int = setting(0, ge=0, le=1 << 40, unit="seconds")
+    max_command_bytes: int = setting(64 << 20, ge=1 << 16, le=1 << 40, unit="bytes")
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     cluster: bool = False
     startup_nodes: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for n in ("connect_timeout_s", "socket_timeout_s"):
-            if not getattr(self, n) > 0:
-                raise ValueError(f"{n} must be > 0, got {getattr(self, n)!r}")
-        if self.pool_size < 1:
-            raise ValueError(f"pool_size must be >= 1, got {self.pool_size!r}")
-        if self.parallel_connections < 1:
-            raise ValueError(f"parallel_connections must be >= 1, got {self.parallel_connections!r}")
-        if self.write_window < 0:
-            raise ValueError(f"write_window must be >= 0, got {self.write_window!r}")
-        if self.ttl_s < 0:
-            raise ValueError(f"ttl_s must be >= 0, got {self.ttl_s!r}")
-        if self.max_command_bytes < 1 << 16:
-            raise ValueError(f"max_command_bytes must be >= 65536, got {self.max_command_bytes!r}")
-        if self.db < -1:
-            raise ValueError(f"db must be >= 0 (or -1 for the URL's), got {self.db!r}")
 
     def redacted(self) -> dict[str, Any]:
         """Secrets as ``"***"`` and the URL without its credentials."""
