@@ -6,7 +6,7 @@ Needs the ``mooncake`` module: ``pip install 'hicache-backend-mooncake[cpu]'`` (
 """
 
 from .config import MooncakeConfig, parse_size
+from .mooncake_transport import MooncakeTransport
 from .storage import MooncakeStorage
-from .transport import MooncakeTransport
 
 __all__ = ["MooncakeConfig", "MooncakeStorage", "MooncakeTransport", "parse_size"]

@@ -20,7 +20,7 @@ from typing import ClassVar
 from hicache_sdk import PagedStorage
 
 from .config import MooncakeConfig, per_rank_segment_size
-from .transport import MooncakeTransport
+from .mooncake_transport import MooncakeTransport
 
 __all__ = ["MooncakeStorage"]
 

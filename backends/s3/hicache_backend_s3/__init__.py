@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from .config import S3Config
 
 if TYPE_CHECKING:
+    from .s3_transport import S3Transport
     from .storage import S3Storage
-    from .transport import S3Transport
 
 __all__ = ["S3Config", "S3Storage", "S3Transport"]
 
@@ -24,7 +24,7 @@ def __getattr__(name: str) -> Any:
 
         return S3Storage
     if name == "S3Transport":
-        from .transport import S3Transport
+        from .s3_transport import S3Transport
 
         return S3Transport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,7 @@ from hicache_sdk import BackendConfig, PagedStorage
 from hicache_sdk.paged.pools import check_keys
 
 from .config import S3Config
-from .transport import S3Transport
+from .s3_transport import S3Transport
 
 __all__ = ["S3Storage"]
 

@@ -9,7 +9,7 @@ from .l1_semantics import SemanticsTests
 from .l2_l3 import ConcurrencyTests, LifecycleTests
 from .l4_faults import FaultTests
 from .stateful import StatefulTests
-from .transport import TransportTests
+from .transport_tests import TransportTests
 
 __all__ = [
     "BackendSuite",
