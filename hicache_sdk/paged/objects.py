@@ -129,6 +129,8 @@ class ObjectEngine:
         except Exception as e:
             self._failed("exists", e)
             return [False] * len(names)
+        if len(unique) == len(names) and found == list(sizes):  # all present, right sizes
+            return [True] * len(names)
         by_name = dict(zip(unique, found))
         out: list[bool] = []
         bad: list[str] = []
