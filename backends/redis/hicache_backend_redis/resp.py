@@ -107,6 +107,7 @@ class Connection:
         #: The cancel token of the call using this connection, if any: every wait for the
         #: socket (reply headers included) polls in slices and stops once it is cancelled.
         self.cancel: CancelGuard | None = None
+        self._polls: dict[int, Any] = {}
 
     # -- writing -------------------------------------------------------------------------
     def send(
@@ -161,8 +162,10 @@ class Connection:
         With a :attr:`cancel` token, poll in short slices and raise (from its guard) once
         it is cancelled."""
         cancel = self.cancel
-        p = select.poll()
-        p.register(self.sock.fileno(), events)
+        p = self._polls.get(events)
+        if p is None:  # one poll object per connection and event mask
+            p = self._polls[events] = select.poll()
+            p.register(self.sock.fileno(), events)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -328,12 +331,12 @@ class Connection:
                 elif cancel is None:
                     k = self._recv_into(view[pos:], deadline, whole=True)
                 else:
-                    # Wait outside the guard (cancel() must never wait on a poll); the
-                    # receive under it cannot block.
-                    if not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
-                        self._wait(select.POLLIN, deadline)
+                    # The receive under the guard cannot block; when nothing is ready, wait
+                    # outside it (cancel() must never wait on a poll) and try again.
                     with cancel.guard():
                         k = self._recv_nowait(view[pos:])
+                    if k == 0 and not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
+                        self._wait(select.POLLIN, deadline)
                 pos += k
 
     def _drain(self, n: int, deadline: float) -> None:
