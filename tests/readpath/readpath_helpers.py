@@ -31,7 +31,11 @@ def new_store() -> str:
 
 
 def make_storage(store: str, model: str = "m", rank: int = 0) -> Any:
-    s = MemoryStorage(HiCacheStorageConfig(model_name=model, tp_rank=rank, extra_config={"store": store}), {})
+    # Generous backend deadlines: these tests are about the read path, not about the
+    # backend's 0.2 s existence deadline (which a loaded 2-core CI machine can miss,
+    # turning a hit into a spurious miss).
+    extra = {"store": store, "exists_timeout_s": 10.0, "transfer_timeout_s": 10.0}
+    s = MemoryStorage(HiCacheStorageConfig(model_name=model, tp_rank=rank, extra_config=extra), {})
     return s
 
 
