@@ -33,7 +33,7 @@ from urllib.parse import quote
 
 from hicache_sdk import BackendConfig, Capabilities, ConfigError, PagedStorage, Segments, Transport
 from hicache_sdk.config import setting
-from hicache_sdk.kit import FanOut, memoryviews, total_bytes
+from hicache_sdk.kit import FanOut, first_occurrences, memoryviews, total_bytes
 
 __all__ = ["DirConfig", "DirStorage", "DirTransport"]
 
@@ -120,10 +120,12 @@ class DirTransport(Transport):
             return False
 
     def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
-        first = dict(zip(reversed(keys), reversed(range(len(keys)))))  # key -> its first index
-        order = sorted(first.values())  # a repeated key is written once, from its first copy
-        done = dict(zip(order, self._fan.map(self._write_one, [(keys[i], buffers[i]) for i in order])))
-        return [done[first[k]] for k in keys]
+        dup = first_occurrences(keys)  # a repeated key is written once, from its first copy
+        if dup is None:
+            return self._fan.map(self._write_one, list(zip(keys, buffers)))
+        keep, owner = dup
+        done = self._fan.map(self._write_one, [(keys[i], buffers[i]) for i in keep])
+        return [done[j] for j in owner]
 
     def _write_one(self, item: tuple[str, Segments]) -> bool:
         key, segs = item

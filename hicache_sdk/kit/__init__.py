@@ -5,6 +5,7 @@
 * :mod:`.fanout` -- :class:`FanOut`, a bounded thread fan-out of one batch;
 * :mod:`.existence` -- :class:`CachedExistence`, the positive-lookup cache with explicit
   invalidation;
+* :mod:`.batches` -- :func:`first_occurrences` (a name given twice: the first copy wins);
 * :mod:`.cancel` -- :class:`CancelToken`, for cancellable (zero-copy with deadlines) transports.
 
 Size and duration parsing lives in the config (:func:`hicache_sdk.config.setting` with
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .batches import first_occurrences
 from .cancel import CancelToken
 from .failures import FailureReasons
 from .fanout import FanOut
@@ -27,6 +29,7 @@ __all__ = [
     "FailureReasons",
     "FanOut",
     "coalesce",
+    "first_occurrences",
     "copy_runs",
     "gather",
     "memoryviews",

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..hostpool.page_memory import linear_plan
+from ..kit.batches import first_occurrences
 from ..transport import Segment, TransportError
 from .header import PAGE_DIGEST_AT, TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
 
@@ -253,22 +254,19 @@ def write_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     occurrence, and every occurrence gets that result: the first write wins."""
     if not cols.names:
         return [True] * cols.n_pages
-    names = cols.names
-    if len(set(names)) < len(names):
-        first = list(dict.fromkeys(names).keys())
-        at = {nm: o for o, nm in reversed(list(enumerate(names)))}  # first occurrence
-        keep = [at[nm] for nm in first]
+    dup = first_occurrences(cols.names)
+    if dup is not None:
+        keep, owner = dup
         sub = replace(
             cols,
-            names=first,
+            names=[cols.names[o] for o in keep],
             buffers=[cols.buffers[o] for o in keep],
             sizes=[cols.sizes[o] for o in keep],
         )
         part = _call(engine, "write", sub)
         if part is None:
             return [False] * cols.n_pages
-        done = dict(zip(first, part))
-        return cols.fold([done[nm] for nm in names])
+        return cols.fold([part[j] for j in owner])
     got = _call(engine, "write", cols)
     if got is None:
         return [False] * cols.n_pages

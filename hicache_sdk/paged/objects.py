@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kit.batches import first_occurrences
 from ..kit.segments import coalesce, gather, scatter
 from ..resilience.metrics import Metrics
 from ..transport import SIZE_UNKNOWN, Segment, Transport, TransportError
@@ -255,13 +256,11 @@ class ObjectEngine:
         n = len(objects)
         if n == 0:
             return []
-        if len({o.name for o in objects}) < n:
-            first: dict[str, int] = {}
-            for i, o in enumerate(objects):
-                first.setdefault(o.name, i)
-            uniq = list(first.values())
-            done = dict(zip((objects[i].name for i in uniq), self.write([objects[i] for i in uniq])))
-            return [done[o.name] for o in objects]
+        dup = first_occurrences([o.name for o in objects])
+        if dup is not None:
+            firsts, owner = dup
+            done = self.write([objects[i] for i in firsts])
+            return [done[j] for j in owner]
         limit = max(1, int(getattr(self.transport, "max_segments", 1 << 30)))
         headers: list[bytes] = []
         keep: list[object] = []  # memory that must outlive the transport call

@@ -265,3 +265,11 @@ def test_cancel_waits_for_the_guarded_section_and_blocks_later_ones() -> None:
     assert order == ["touch", "cancelled", "refused"] and tok.cancelled
     with pytest.raises(Cancelled):
         tok.check()
+
+
+def test_first_occurrences_keeps_each_names_first_copy() -> None:
+    from hicache_sdk.kit import first_occurrences
+
+    assert first_occurrences(["a", "b"]) is None
+    assert first_occurrences([]) is None
+    assert first_occurrences(["a", "b", "a", "c", "b"]) == ([0, 1, 3], [0, 1, 0, 2, 1])

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hicache_sdk import SIZE_UNKNOWN, Capabilities, Segments, Transport, TransportError
+from hicache_sdk.kit.batches import first_occurrences
 
 from . import clients
 from .config import MooncakeConfig
@@ -309,13 +310,11 @@ class MooncakeTransport(Transport):
         Duplicate keys in one batch: the first is written, the others share its result."""
         if not keys:
             return []
-        first: dict[str, int] = {}
-        for i, k in enumerate(keys):
-            first.setdefault(k, i)
-        if len(first) < len(keys):
-            idx = list(first.values())
-            got = dict(zip(idx, self.write([keys[i] for i in idx], [buffers[i] for i in idx])))
-            return [got[first[k]] for k in keys]
+        dup = first_occurrences(keys)
+        if dup is not None:
+            keep, owner = dup
+            got = self.write([keys[i] for i in keep], [buffers[i] for i in keep])
+            return [got[j] for j in owner]
         store = self._enter()
         try:
             if all(len(segs) == 1 for segs in buffers):

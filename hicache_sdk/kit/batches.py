@@ -1,0 +1,27 @@
+"""Batch helpers: the contract's "first write wins" for a name given twice in one batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["first_occurrences"]
+
+
+def first_occurrences(names: Sequence[str]) -> tuple[list[int], list[int]] | None:
+    """``None`` when every name is distinct; else ``(keep, owner)``: ``keep`` the index of
+    each distinct name's first occurrence, in order, and ``owner[i]`` the position in
+    ``keep`` whose result entry ``i`` shares. Write ``[x[j] for j in keep]`` once, then
+    answer ``[result[owner[i]] for i in range(len(names))]``: the first copy wins."""
+    first: dict[str, int] = {}
+    for nm in names:
+        first.setdefault(nm, len(first))
+    if len(first) == len(names):
+        return None
+    keep = [-1] * len(first)
+    owner = []
+    for i, nm in enumerate(names):
+        j = first[nm]
+        if keep[j] < 0:
+            keep[j] = i
+        owner.append(j)
+    return keep, owner
