@@ -279,6 +279,4 @@ def exists_columns(engine: ObjectEngine, cols: Columns, closed: bool = False) ->
         return [False] * cols.n_pages
     if not cols.names:
         return [True] * cols.n_pages
-    if cols.n_cols == 1:
-        return engine.exists_uniform(cols.names, cols.sizes[0])
     return cols.fold(engine.exists_named(cols.names, cols.sizes))

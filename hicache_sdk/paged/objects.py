@@ -147,28 +147,6 @@ class ObjectEngine:
         self.delete_corrupt(bad)
         return out
 
-    def exists_uniform(self, names: list[str], size: int) -> list[bool]:
-        """Fast form of :meth:`exists` for objects that all have one stored ``size``
-        (one-object pages of one pool): no :class:`ObjectIO` per page. A repeated name is
-        looked up once. Same answers and same deletion of wrong-sized objects as
-        :meth:`exists`."""
-        n = len(names)
-        if n == 0:
-            return []
-        unique = list(dict.fromkeys(names))
-        try:
-            sizes = self.transport.exists(unique)
-            if len(sizes) != len(unique):
-                raise TransportError("exists returned a wrong number of answers", "protocol")
-        except Exception as e:
-            self._failed("exists", e)
-            return [False] * n
-        if sizes.count(size) == len(sizes):
-            return [True] * n
-        good = {nm: s in (size, SIZE_UNKNOWN) for nm, s in zip(unique, sizes)}
-        self.delete_corrupt([nm for nm, s in zip(unique, sizes) if s is not None and not good[nm]])
-        return [good[nm] for nm in names]
-
     # -- read ----------------------------------------------------------------------
     def read(self, objects: Sequence[ObjectIO]) -> list[bool]:
         """Read every object into its segments. ``True`` per object only when the bytes
