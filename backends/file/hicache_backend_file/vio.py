@@ -13,6 +13,8 @@ import errno
 import os
 from collections.abc import Sequence
 
+from hicache_sdk.kit.segments import memoryviews as segment_views
+from hicache_sdk.kit.segments import total_bytes
 from hicache_sdk.transport import Segments
 
 __all__ = [
@@ -43,20 +45,6 @@ def check_segments(buffers: Sequence[Segments], arg: str = "buffers") -> None:
         for addr, n in segs:
             if type(addr) is not int or type(n) is not int or addr <= 0 or n < 0:
                 raise ValueError(f"{arg}[{i}]: invalid segment ({addr!r}, {n!r})")
-
-
-def total_bytes(segments: Segments) -> int:
-    return sum(n for _, n in segments)
-
-
-def segment_views(segments: Segments) -> list[memoryview]:
-    """Byte memoryviews over the segments (empty segments are skipped). The views alias
-    the caller's memory: they must not outlive the call."""
-    out: list[memoryview] = []
-    for addr, n in segments:
-        if n:
-            out.append(memoryview((ctypes.c_char * n).from_address(addr)).cast("B"))
-    return out
 
 
 _ARRAY_TYPES: dict[int, type[ctypes.Array[ctypes.c_char]]] = {}

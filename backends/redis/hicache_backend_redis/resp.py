@@ -30,7 +30,6 @@ drained into scratch memory and reported as a size mismatch; an error reply beco
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import select
 import socket
 import ssl
@@ -38,6 +37,8 @@ import struct
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
+
+from hicache_sdk.kit.segments import memoryviews as views_of
 
 __all__ = ["Connection", "ProtocolError", "ReplyError", "command", "views_of"]
 
@@ -71,11 +72,6 @@ def command(*args: bytes | str | int) -> bytes:
         b = a if isinstance(a, bytes) else str(a).encode()
         out.append(b"$%d\r\n%s\r\n" % (len(b), b))
     return b"".join(out)
-
-
-def views_of(segments: Sequence[tuple[int, int]]) -> list[memoryview]:
-    """Writable byte views over ``(address, nbytes)`` pieces (no copy)."""
-    return [memoryview((ctypes.c_char * n).from_address(a)).cast("B") for a, n in segments if n]
 
 
 class Connection:

@@ -29,6 +29,7 @@ def test_read_cancelled_mid_value_touches_nothing_after_cancel() -> None:
     dst = ctypes.create_string_buffer(len(VALUE))
     seg = [(ctypes.addressof(dst), len(VALUE))]
     tok = CancelToken()
+    conn.cancel = tok  # as the transport sets it for a call: its waits watch the token too
     outcome: list[BaseException | bool | None] = []
 
     def reader() -> None:
@@ -62,6 +63,7 @@ def test_write_cancelled_mid_command_reads_nothing_after_cancel() -> None:
     big = ctypes.create_string_buffer(b"A" * (32 << 20), 32 << 20)
     view = memoryview(big).cast("B")[: 32 << 20]
     tok = CancelToken()
+    conn.cancel = tok  # as the transport sets it for a call: its waits watch the token too
     outcome: list[BaseException | None] = []
 
     def writer() -> None:

@@ -17,23 +17,15 @@
 
 from __future__ import annotations
 
-import ctypes
 import io
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from hicache_sdk import Segments
+from hicache_sdk.kit.segments import memoryviews as segment_views
+from hicache_sdk.kit.segments import total_bytes as total_size
 
 __all__ = ["SegmentReader", "read_body_into", "segment_views", "total_size"]
-
-
-def total_size(segs: Segments) -> int:
-    return sum(n for _, n in segs)
-
-
-def segment_views(segs: Segments) -> list[memoryview]:
-    """A writable byte memoryview per non-empty segment (valid while the memory is)."""
-    return [memoryview((ctypes.c_char * n).from_address(a)).cast("B") for a, n in segs if n]
 
 
 def _fill(readinto: Callable[[memoryview], int | None], views: Sequence[memoryview]) -> bool:
