@@ -42,7 +42,7 @@ class ObjectPathMixin:
             segs, finish = self._copy_pages(state, starts, write)
         fast = state.page_objects_fast(self.scheme, keys, segs)
         if fast is not None:
-            return fast, list(range(len(keys))), finish
+            return fast[0], fast[1], finish
         objs, owners = self._flat_batch(state, keys, segs)
         return objs, owners, finish
 
@@ -79,4 +79,5 @@ class ObjectPathMixin:
 
     def _page_objects_nomem(self, state: PoolState, keys: Sequence[str]) -> tuple[list[ObjectIO], list[int]]:
         """The objects of these pages with no memory attached (for existence / delete)."""
-        return self._flat_batch(state, keys, [()] * len(keys))
+        fast = state.page_objects_fast(self.scheme, keys, ())
+        return fast if fast is not None else self._flat_batch(state, keys, [()] * len(keys))

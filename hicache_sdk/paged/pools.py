@@ -64,45 +64,43 @@ class PoolState:
             )
         return out
 
-    def page_names(self, scheme: KeyScheme, page_hashes: Sequence[str]) -> list[str] | None:
-        """Fast path: the object name of each page when the scheme stores a page as ONE
-        object of all its segments in ``flat_order`` (``default``, ``sglang-file``: their
-        ``page_names``), else ``None`` (use :meth:`objects` per page). Names are identical
-        to the per-page path; a bad hash raises ``ValueError`` as there."""
-        fast = getattr(scheme, "page_names", None)
-        if fast is None or not self.layout.has_buffer:
-            return None
-        names: list[str] = fast(page_hashes, self.layout)
-        return names
-
     def page_objects_fast(
         self, scheme: KeyScheme, page_hashes: Sequence[str], segs: Sequence[Sequence[Segment]]
-    ) -> list[ObjectIO] | None:
+    ) -> tuple[list[ObjectIO], list[int]] | None:
         """:meth:`objects` for a whole batch (page ``i``'s segments at ``segs[i]``, or no
-        memory when ``segs`` is empty), one object per page, through :meth:`page_names`;
-        ``None`` when the scheme has no fast path."""
-        names = self.page_names(scheme, page_hashes)
-        if names is None:
+        memory when ``segs`` is empty) through the scheme's :meth:`~KeyScheme.page_columns`,
+        and each object's page index; ``None`` when the scheme has no fast path. Same objects
+        as calling :meth:`objects` page by page (column-major order); a bad hash raises
+        ``ValueError`` as there."""
+        if not self.layout.has_buffer:
             return None
-        order = tuple(self.layout.flat_order)
-        payload = self.layout.page_bytes
+        cols = scheme.page_columns(page_hashes, self.layout)
+        if cols is None:
+            return None
+        sizes = self.layout.segment_sizes
         ident = self.identity
         if ident is None:
-            pages: Sequence[bytes | None] = [None] * len(names)
+            pages: Sequence[bytes | None] = [None] * len(page_hashes)
         else:
             from .header import digest
 
             pages = [digest(h) for h in page_hashes]
-        return [
-            ObjectIO(
-                name=nm,
-                segments=tuple(segs[i][j] for j in order) if segs else (),
-                payload_len=payload,
-                identity=ident,
-                page=pages[i],
+        objs: list[ObjectIO] = []
+        owners: list[int] = []
+        for names, idx in cols:
+            payload = sum(sizes[j] for j in idx)
+            objs.extend(
+                ObjectIO(
+                    name=nm,
+                    segments=tuple(segs[i][j] for j in idx) if segs else (),
+                    payload_len=payload,
+                    identity=ident,
+                    page=pages[i],
+                )
+                for i, nm in enumerate(names)
             )
-            for i, nm in enumerate(names)
-        ]
+            owners.extend(range(len(names)))
+        return objs, owners
 
     @property
     def object_size(self) -> int:
