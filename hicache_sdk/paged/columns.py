@@ -28,7 +28,7 @@ import numpy as np
 from ..hostpool.page_memory import linear_plan
 from ..kit.batches import first_occurrences
 from ..transport import Segment, TransportError
-from .header import PAGE_DIGEST_AT, TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
+from .header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments, plain_records
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy.typing as npt
@@ -145,7 +145,7 @@ def build_columns(
     if header and starts is not None:
         assert state.identity is not None and page_digests is not None
         if write and not checksum:
-            trailers = _encode(state.identity, page_digests, payloads, n)
+            trailers = plain_records(state.identity, page_digests, payloads, n)
         else:  # read scratch, or per-object records encoded below (they need the payload's crc)
             trailers = np.empty((len(names), TRAILER_SIZE), dtype=np.uint8)
     buffers: list[list[Segment]] = []
@@ -173,18 +173,6 @@ def _digests(keys: Sequence[str]) -> list[bytes]:
     """:func:`~.header.digest` of every page hash (inlined: this runs once per page)."""
     sha = hashlib.sha256
     return [sha(k.encode()).digest() for k in keys]
-
-
-def _encode(identity: bytes, pages: list[bytes], payloads: list[int], n: int) -> npt.NDArray[np.uint8]:
-    """Checksum-free trailers of every object, one row each (column-major)."""
-    out = np.empty((n * len(payloads), TRAILER_SIZE), dtype=np.uint8)
-    digests = np.frombuffer(b"".join(pages), dtype=np.uint8).reshape(n, 32) if n else None
-    for c, plen in enumerate(payloads):
-        rows = out[c * n : (c + 1) * n]
-        rows[:] = np.frombuffer(PageHeader(identity, bytes(32), plen).encode(), dtype=np.uint8)
-        if digests is not None:
-            rows[:, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32] = digests
-    return out
 
 
 def _call(engine: ObjectEngine, op: str, cols: Columns) -> list[bool] | None:
@@ -218,7 +206,7 @@ def read_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     bad: list[str] = []
     if cols.trailers is not None:
         assert cols.identity is not None and cols.pages is not None
-        want = _encode(cols.identity, cols.pages, cols.payloads, cols.n_pages)
+        want = plain_records(cols.identity, cols.pages, cols.payloads, cols.n_pages)
         plain: list[bool] = (cols.trailers == want).all(axis=1).tolist()
         for o in [o for o, (g, p) in enumerate(zip(ok, plain)) if g and not p]:
             reason = _check_record(cols, o)

@@ -38,8 +38,11 @@ import ctypes
 import hashlib
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 from ..transport import Segment
 
@@ -54,6 +57,7 @@ __all__ = [
     "PageHeader",
     "crc32_segments",
     "digest",
+    "plain_records",
 ]
 
 MAGIC = b"HCPG"
@@ -93,6 +97,24 @@ def crc32_segments(segments: Iterable[Segment]) -> int:
         if nbytes:
             crc = zlib.crc32((ctypes.c_char * nbytes).from_address(address), crc)
     return crc
+
+
+def plain_records(
+    identity: bytes, pages: Sequence[bytes], payloads: Sequence[int], n: int
+) -> npt.NDArray[np.uint8]:
+    """The checksum-free records of ``n`` pages (digests ``pages``) of each column of
+    payload length ``payloads[c]``: one :data:`TRAILER_SIZE`-byte row per object, column by
+    column (object ``c * n + i`` is column ``c`` of page ``i``). Written as trailers, and
+    compared row by row with what a read found (a row that differs goes through
+    :meth:`PageHeader.decode`: another page, a checksum, corruption)."""
+    out = np.empty((n * len(payloads), TRAILER_SIZE), dtype=np.uint8)
+    digests = np.frombuffer(b"".join(pages), dtype=np.uint8).reshape(n, 32) if n else None
+    for c, plen in enumerate(payloads):
+        rows = out[c * n : (c + 1) * n]
+        rows[:] = np.frombuffer(PageHeader(identity, bytes(32), plen).encode(), dtype=np.uint8)
+        if digests is not None:
+            rows[:, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32] = digests
+    return out
 
 
 @dataclass(frozen=True)

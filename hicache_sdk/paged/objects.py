@@ -35,7 +35,7 @@ from ..kit.batches import first_occurrences
 from ..kit.segments import coalesce, gather, scatter
 from ..resilience.metrics import Metrics
 from ..transport import SIZE_UNKNOWN, Segment, Transport, TransportError
-from .header import PAGE_DIGEST_AT, TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
+from .header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments, plain_records
 
 __all__ = ["ObjectEngine", "ObjectIO", "coalesce"]
 
@@ -78,11 +78,7 @@ def _plain_records(objects: Sequence[ObjectIO], scratch: np.ndarray) -> list[boo
     if ident is None or any(o.identity != ident or o.payload_len != plen for o in objects):
         return None
     n = len(objects)
-    template = np.frombuffer(PageHeader(ident, bytes(32), plen).encode(), dtype=np.uint8)
-    want = np.tile(template, (n, 1))
-    want[:, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32] = np.frombuffer(
-        b"".join(o.page or bytes(32) for o in objects), dtype=np.uint8
-    ).reshape(n, 32)
+    want = plain_records(ident, [o.page or bytes(32) for o in objects], [plen], n)
     same: list[bool] = (scratch[: n * TRAILER_SIZE].reshape(n, TRAILER_SIZE) == want).all(axis=1).tolist()
     return same
 
