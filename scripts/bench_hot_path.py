@@ -49,6 +49,7 @@ class NullTransport(Transport):
         self._slot: dict[str, int] = {}
         self._trailers = np.empty((1 << 16, TRAILER_SIZE), dtype=np.uint8)
         self._base = int(self._trailers.ctypes.data)
+        self._headers = getattr(config, "key_scheme", "default") == "default"
 
     def exists(self, keys: Sequence[str]) -> list[int | None]:
         return [SIZE_UNKNOWN] * len(keys)
@@ -56,7 +57,7 @@ class NullTransport(Transport):
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         slot, base = self._slot, self._base
         runs = [
-            (b[-1][0], base + slot[k] * TRAILER_SIZE, TRAILER_SIZE)
+            (b[-1][0] + b[-1][1] - TRAILER_SIZE, base + slot[k] * TRAILER_SIZE, TRAILER_SIZE)
             for k, b in zip(keys, buffers)
             if k in slot
         ]
@@ -68,10 +69,10 @@ class NullTransport(Transport):
         slot, base = self._slot, self._base
         runs = []
         for k, b in zip(keys, buffers):
-            addr, n = b[-1]
-            if n == TRAILER_SIZE:
+            addr, n = b[-1]  # the trailer ends the last segment (staged: one segment)
+            if self._headers and n >= TRAILER_SIZE:
                 i = slot.setdefault(k, len(slot) % (1 << 16))
-                runs.append((base + i * TRAILER_SIZE, addr, TRAILER_SIZE))
+                runs.append((base + i * TRAILER_SIZE, addr + n - TRAILER_SIZE, TRAILER_SIZE))
         if runs:
             copy_runs(runs)
         return [True] * len(keys)

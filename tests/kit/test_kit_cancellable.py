@@ -1,7 +1,8 @@
 """Cancellable transports: zero-copy transfers under a deadline, over real sockets.
 
 A transport that touches caller memory only inside ``cancel.guard()`` (here: a
-non-blocking socket's ``recv_into`` after ``poll``) gets the caller's segments directly;
+non-blocking socket's ``recv_into`` after ``poll``, or a blocking ``MSG_WAITALL`` receive
+that the token's interrupter ends by shutting the socket down) gets the caller's segments directly;
 the resilience layer cancels it at the deadline. The promise under test: once the wrapper
 returned the miss, no byte of the caller's memory changes, even when the stalled peer then
 sends the rest of the value, and even when the rest arrives just as the deadline fires.
@@ -17,7 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from hicache_sdk.errors import Cancelled
+import pytest
+
 from hicache_sdk.kit import CancelToken
 from hicache_sdk.kit.segments import memoryviews
 from hicache_sdk.resilience import FailureInjector, Metrics, wrap_transport
@@ -71,9 +73,9 @@ class StallingPeer:
 class SocketTransport(Transport):
     cancellable: ClassVar[bool] = True
 
-    def __init__(self, addr: Any) -> None:
+    def __init__(self, addr: Any, blocking: bool = False) -> None:
         self.addr = addr
-        self.touches_after_cancel = 0
+        self.blocking = blocking
 
     def exists(self, keys: Sequence[str]) -> list[int | None]:
         return [len(VALUE)] * len(keys)
@@ -85,26 +87,34 @@ class SocketTransport(Transport):
         for _key, segs in zip(keys, buffers):
             sock = socket.create_connection(self.addr, timeout=5)
             sock.sendall(b"GET")
-            sock.setblocking(False)
+            remove = None
+            if self.blocking and cancel is not None:
+                sock.settimeout(None)
+                remove = cancel.on_cancel(lambda s=sock: s.shutdown(socket.SHUT_RDWR))
+            else:
+                sock.setblocking(False)
             try:
                 for view in memoryviews(segs):
                     got = 0
                     while got < len(view):
-                        select.select([sock], [], [], 5)
+                        if remove is None:
+                            select.select([sock], [], [], 5)
                         if cancel is None:
                             n = sock.recv_into(view[got:])
                         else:
                             with cancel.guard():  # raises Cancelled once cancelled
-                                n = sock.recv_into(view[got:])
+                                flags = socket.MSG_WAITALL if remove is not None else 0
+                                n = sock.recv_into(view[got:], 0, flags)
                         if n == 0:
+                            if cancel is not None:
+                                cancel.check()  # the interrupter shut the socket: cancelled
                             raise ConnectionError("peer closed")
                         got += n
                 out.append(True)
-            except (Cancelled, BlockingIOError):
-                sock.close()  # a half-read reply: the connection is never reused
-                raise
             finally:
-                sock.close()
+                if remove is not None:
+                    remove()
+                sock.close()  # a half-read reply: the connection is never reused
         return out
 
     def write(
@@ -116,16 +126,24 @@ class SocketTransport(Transport):
         pass
 
 
-def _wrap(addr: Any, deadline_s: float = Cfg.transfer_timeout_s) -> tuple[Any, Metrics]:
+def _wrap(
+    addr: Any, deadline_s: float = Cfg.transfer_timeout_s, blocking: bool = False
+) -> tuple[Any, Metrics]:
     m = Metrics()
     cfg = Cfg()
     cfg.transfer_timeout_s = deadline_s
-    return wrap_transport(SocketTransport(addr), cfg, m, injector=FailureInjector()), m
+    return wrap_transport(SocketTransport(addr, blocking), cfg, m, injector=FailureInjector()), m
 
 
-def test_in_time_reads_land_in_caller_memory_without_staging() -> None:
+#: Both ways of honouring a token: receives that cannot block, and blocking receives that
+#: the token's interrupter ends.
+MODES = pytest.mark.parametrize("blocking", [False, True], ids=["nowait", "interruptible"])
+
+
+@MODES
+def test_in_time_reads_land_in_caller_memory_without_staging(blocking: bool) -> None:
     peer = StallingPeer(len(VALUE))
-    w, m = _wrap(peer.addr, deadline_s=10.0)
+    w, m = _wrap(peer.addr, deadline_s=10.0, blocking=blocking)
     dst = ctypes.create_string_buffer(len(VALUE))
     assert w.read(["k"], [[(ctypes.addressof(dst), len(VALUE))]]) == [True]
     assert dst.raw == VALUE
@@ -134,9 +152,10 @@ def test_in_time_reads_land_in_caller_memory_without_staging() -> None:
     peer.close()
 
 
-def test_peer_stalling_mid_value_never_touches_memory_after_the_deadline() -> None:
+@MODES
+def test_peer_stalling_mid_value_never_touches_memory_after_the_deadline(blocking: bool) -> None:
     peer = StallingPeer(len(VALUE) // 2)
-    w, m = _wrap(peer.addr, deadline_s=1.0)
+    w, m = _wrap(peer.addr, deadline_s=1.0, blocking=blocking)
     dst = ctypes.create_string_buffer(len(VALUE))
     t0 = time.monotonic()
     assert w.read(["k"], [[(ctypes.addressof(dst), len(VALUE))]]) == [False]
@@ -155,14 +174,15 @@ def test_peer_stalling_mid_value_never_touches_memory_after_the_deadline() -> No
     peer.close()
 
 
-def test_cancel_racing_the_last_chunk() -> None:
+@MODES
+def test_cancel_racing_the_last_chunk(blocking: bool) -> None:
     """The rest of the value is released exactly at the deadline, many times: either the
     read finished in time (True, whole value) or it is a miss and memory never changes
     after the wrapper returned."""
     outcomes = set()
     for i in range(12):
         peer = StallingPeer(len(VALUE) - 4096)
-        w, _ = _wrap(peer.addr)
+        w, _ = _wrap(peer.addr, blocking=blocking)
         dst = ctypes.create_string_buffer(len(VALUE))
         timer = threading.Timer(Cfg.transfer_timeout_s - 0.002 + (i % 4) * 0.002, peer.go.set)
         timer.start()

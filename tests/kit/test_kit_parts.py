@@ -3,7 +3,9 @@ the existence cache and cancel tokens."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import socket
 import threading
 import time
 
@@ -265,6 +267,89 @@ def test_cancel_waits_for_the_guarded_section_and_blocks_later_ones() -> None:
     assert order == ["touch", "cancelled", "refused"] and tok.cancelled
     with pytest.raises(Cancelled):
         tok.check()
+
+
+def test_guards_on_different_threads_never_wait_for_each_other() -> None:
+    """One transfer split over connections guards on several threads: each has its own lane,
+    so one thread's touch never waits for another's; cancel() waits for all of them."""
+    tok = CancelToken()
+    a_inside, a_release = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def a() -> None:
+        with tok.guard():
+            a_inside.set()
+            a_release.wait(5)
+            order.append("a")
+
+    ta = threading.Thread(target=a)
+    ta.start()
+    assert a_inside.wait(5)
+
+    def b() -> None:
+        with tok.guard():
+            order.append("b")
+
+    tb = threading.Thread(target=b)
+    tb.start()
+    tb.join(2)
+    assert not tb.is_alive() and order == ["b"]  # b's guard did not wait for a's
+    canceller = threading.Thread(target=lambda: (tok.cancel(), order.append("cancelled")))
+    canceller.start()
+    time.sleep(0.05)
+    assert "cancelled" not in order  # a is still inside its guard
+    a_release.set()
+    canceller.join(5)
+    ta.join(5)
+    assert order == ["b", "a", "cancelled"]
+
+
+def test_on_cancel_interrupts_a_blocking_receive_then_cancel_returns() -> None:
+    """A blocking receive under the guard, ended by the interrupter (a socket shutdown):
+    cancel() returns promptly, the remover reports that it ran, and nothing lands after."""
+    a, b = socket.socketpair()
+    tok = CancelToken()
+    remove = tok.on_cancel(lambda: a.shutdown(socket.SHUT_RDWR))
+    buf = bytearray(1 << 20)
+    got: list[int | BaseException] = []
+
+    def reader() -> None:
+        try:
+            with tok.guard():
+                got.append(a.recv_into(memoryview(buf), 0, socket.MSG_WAITALL))
+        except BaseException as e:
+            got.append(e)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    b.sendall(b"x" * 1000)  # less than asked for: the receive stays blocked
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    tok.cancel()
+    assert time.monotonic() - t0 < 1.0
+    t.join(5)
+    assert got == [1000]  # what had arrived, and the receive returned
+    snapshot = bytes(buf)
+    with contextlib.suppress(OSError):  # after the cancel: the socket is shut, nothing lands
+        b.sendall(b"y" * 1000)
+    time.sleep(0.05)
+    assert bytes(buf) == snapshot and remove() is True
+    with pytest.raises(Cancelled), tok.guard():
+        pass
+    a.close()
+    b.close()
+
+
+def test_on_cancel_removed_before_cancel_never_runs() -> None:
+    tok = CancelToken()
+    ran: list[int] = []
+    remove = tok.on_cancel(lambda: ran.append(1))
+    assert remove() is False
+    tok.cancel()
+    assert ran == []
+    late: list[int] = []
+    assert tok.on_cancel(lambda: late.append(1))() is True  # already cancelled: runs at once
+    assert late == [1]
 
 
 def test_first_occurrences_keeps_each_names_first_copy() -> None:

@@ -164,11 +164,8 @@ class RedisTransport(Transport):
         waits look at ``cancel`` while its part runs (:attr:`Connection.cancel`)."""
 
         def guarded(c: Connection, idx: list[int], first: bool) -> None:
-            c.cancel = cancel
-            try:
+            with c.watch(cancel):
                 part(c, idx, first)
-            finally:
-                c.cancel = None
 
         k = len(conns)
         groups: list[list[int]] = [[] for _ in range(k)]

@@ -9,13 +9,16 @@ segments' memory.
 
 A plain socket is blocking, bounded by ``SO_RCVTIMEO`` / ``SO_SNDTIMEO`` (and a
 ``socket_timeout_s`` deadline per reply); a large value is one ``MSG_WAITALL`` receive. A
-TLS socket is non-blocking: every receive is ``poll`` then one ``recv_into``. When a cancel
-token is given, every call passes ``MSG_DONTWAIT`` (so none can block), and each receive
-into caller memory and each send from it runs inside ``token.guard()`` (which raises once
-the token is cancelled), so after ``cancel()`` returns no byte of caller memory is touched
-again; waits for the socket then poll in slices of at most ``_CANCEL_POLL_S`` and look at
-the token between them, so a cancelled call stops within that time. Any error leaves the
-connection in an unknown protocol state: the caller must :meth:`close` it (``broken`` is set).
+TLS socket is non-blocking: every receive is ``poll`` then one ``recv_into``. Under a cancel
+token (:meth:`Connection.watch`), each receive into caller memory and each send from it runs
+inside ``token.guard()`` (which raises once the token is cancelled), so after ``cancel()``
+returns no byte of caller memory is touched again. On a plain socket those calls stay
+blocking (one ``MSG_WAITALL`` receive per value, as fast as without a token): the token's
+interrupter shuts the socket down, which ends a blocked call at once, and the connection is
+discarded. Over TLS every call passes no-wait flags instead, so none can block. Waits for
+the socket poll in slices of at most ``_CANCEL_POLL_S`` and look at the token between them,
+so a cancelled call stops within that time. Any error leaves the connection in an unknown
+protocol state: the caller must :meth:`close` it (``broken`` is set).
 
 Large bulk values are not first received into the private buffer: before a value of at
 least ``_DIRECT_MIN`` bytes, the header (and the previous value's CRLF) is received with a
@@ -35,9 +38,10 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
+from hicache_sdk.errors import Cancelled
 from hicache_sdk.kit.segments import memoryviews as views_of
 
 __all__ = ["Connection", "ProtocolError", "ReplyError", "command", "views_of"]
@@ -62,7 +66,12 @@ class ProtocolError(OSError):
 
 
 class CancelGuard(Protocol):
+    @property
+    def cancelled(self) -> bool: ...
+
     def guard(self) -> contextlib.AbstractContextManager[Any]: ...
+
+    def on_cancel(self, interrupt: Callable[[], None]) -> Callable[[], bool]: ...
 
 
 def command(*args: bytes | str | int) -> bytes:
@@ -84,7 +93,7 @@ class Connection:
         #: Plain sockets are blocking, bounded by SO_RCVTIMEO / SO_SNDTIMEO: a value is
         #: received with one ``MSG_WAITALL`` receive (the kernel fills the page as the bytes
         #: arrive, no wake-up per segment), and calls that must not block (under a cancel
-        #: token) pass ``MSG_DONTWAIT``. TLS sockets are non-blocking (no flags there).
+        #: token, over TLS) never block. TLS sockets are non-blocking (no flags there).
         self.blocking = not self.tls
         if self.blocking:
             sock.settimeout(None)
@@ -103,7 +112,35 @@ class Connection:
         #: The cancel token of the call using this connection, if any: every wait for the
         #: socket (reply headers included) polls in slices and stops once it is cancelled.
         self.cancel: CancelGuard | None = None
+        #: Calls under :attr:`cancel` may block: its interrupter ends them (plain sockets).
+        self._interruptible = False
         self._polls: dict[int, Any] = {}
+
+    @contextlib.contextmanager
+    def watch(self, cancel: CancelGuard | None) -> Iterator[None]:
+        """Run the body with :attr:`cancel` set (every wait looks at it). A plain socket
+        registers :meth:`interrupt` with the token, so its receives and sends under the
+        token's guard stay blocking; a connection that was interrupted is discarded."""
+        if cancel is None:
+            yield
+            return
+        self.cancel = cancel
+        remove = cancel.on_cancel(self.interrupt) if self.blocking else None
+        self._interruptible = remove is not None
+        try:
+            yield
+        finally:
+            self.cancel = None
+            self._interruptible = False
+            if remove is not None and remove():
+                self.broken = True
+
+    def interrupt(self) -> None:
+        """End any call blocked on this socket now (from another thread); the connection
+        is unusable afterwards."""
+        self.broken = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
 
     # -- writing -------------------------------------------------------------------------
     def send(
@@ -134,6 +171,7 @@ class Connection:
                 continue
             except OSError:
                 self.broken = True
+                self._raise_if_interrupted()
                 raise
             except BaseException:  # Cancelled: the request may be cut short
                 self.broken = True
@@ -149,7 +187,7 @@ class Connection:
     def _send_some(self, pending: list[memoryview], i: int) -> int:
         if self.tls:
             return self.sock.send(pending[i])
-        flags = socket.MSG_DONTWAIT if self.cancel is not None else 0
+        flags = socket.MSG_DONTWAIT if self.cancel is not None and not self._interruptible else 0
         return self.sock.sendmsg(pending[i : i + 512], [], flags)
 
     # -- reading -------------------------------------------------------------------------
@@ -184,7 +222,7 @@ class Connection:
         socket is blocking with no cancel token (``MSG_WAITALL``)."""
         if self.tls:
             flags = 0
-        elif self.cancel is not None:
+        elif self.cancel is not None and not self._interruptible:
             flags = socket.MSG_DONTWAIT
         else:
             flags = socket.MSG_WAITALL if whole else 0
@@ -196,25 +234,40 @@ class Connection:
                 continue
             except OSError:
                 self.broken = True
+                self._raise_if_interrupted()
                 raise
             if n == 0:
                 self.broken = True
+                self._raise_if_interrupted()
                 raise ConnectionResetError("redis: connection closed by the server")
             return n
 
-    def _recv_nowait(self, view: memoryview) -> int:
-        """One receive that cannot block: 0 when no byte is ready."""
+    def _recv_once(self, view: memoryview) -> int:
+        """One receive under a guard: 0 when no byte is ready (or, interruptible, none came
+        within ``SO_RCVTIMEO``); interruptible, a blocking ``MSG_WAITALL`` receive, else one
+        that cannot block."""
         try:
-            n = self.sock.recv_into(view) if self.tls else self.sock.recv_into(view, 0, socket.MSG_DONTWAIT)
+            if self.tls:
+                n = self.sock.recv_into(view)
+            else:
+                flags = socket.MSG_WAITALL if self._interruptible else socket.MSG_DONTWAIT
+                n = self.sock.recv_into(view, 0, flags)
         except (BlockingIOError, ssl.SSLWantReadError):
             return 0
         except OSError:
             self.broken = True
+            self._raise_if_interrupted()
             raise
         if n == 0:
             self.broken = True
+            self._raise_if_interrupted()
             raise ConnectionResetError("redis: connection closed by the server")
         return n
+
+    def _raise_if_interrupted(self) -> None:
+        """A call ended by the token's interrupter (the socket shut down) was cancelled."""
+        if self._interruptible and self.cancel is not None and self.cancel.cancelled:
+            raise Cancelled()
 
     def _fill(self, deadline: float, limit: int = _RECV) -> None:
         if self._start == self._end:
@@ -301,14 +354,72 @@ class Connection:
             self._drain(n + 2, deadline)
             return False
         try:
-            self._into(views_of(segments), deadline, cancel)
+            views = self._buffered_into(views_of(segments), cancel)
+            if views and self.blocking and (cancel is None or self._interruptible):
+                tail = self._scatter_into(views, deadline, cancel)
+            else:
+                self._into(views, deadline, cancel)
+                tail = self._take(2, deadline, _HEADER_RECV if small else _RECV)
         except BaseException:  # Cancelled, a reset, a timeout: the reply is cut short
             self.broken = True
             raise
-        if self._take(2, deadline, _HEADER_RECV if small else _RECV) != _CRLF:
+        if tail != _CRLF:
             self.broken = True
             raise ProtocolError("redis: bulk reply not terminated by CRLF")
         return True
+
+    def _buffered_into(self, views: list[memoryview], cancel: CancelGuard | None) -> list[memoryview]:
+        """Copy what is already buffered into the first ``views``; return what is left."""
+        have = self._end - self._start
+        if not have:
+            return views
+        left: list[memoryview] = []
+        for view in views:
+            k = min(have, len(view))
+            if k:
+                src = self._view[self._start : self._start + k]
+                if cancel is None:
+                    view[:k] = src
+                else:
+                    with cancel.guard():
+                        view[:k] = src
+                self._start += k
+                have -= k
+            if k < len(view):
+                left.append(view[k:])
+        return left
+
+    def _scatter_into(self, views: list[memoryview], deadline: float, cancel: CancelGuard | None) -> bytes:
+        """Receive the rest of a value and its CRLF with blocking ``MSG_WAITALL``
+        ``recvmsg_into`` calls over every segment at once (one system call per value, not
+        one per segment plus one for the CRLF); returns the CRLF bytes."""
+        crlf = bytearray(2)
+        iov = [*views, memoryview(crlf)]
+        while iov:
+            try:
+                if cancel is None:
+                    k = self.sock.recvmsg_into(iov, 0, socket.MSG_WAITALL)[0]
+                else:
+                    with cancel.guard():
+                        k = self.sock.recvmsg_into(iov, 0, socket.MSG_WAITALL)[0]
+            except BlockingIOError:  # SO_RCVTIMEO passed with nothing received
+                self._wait(select.POLLIN, deadline)
+                continue
+            except OSError:
+                self.broken = True
+                self._raise_if_interrupted()
+                raise
+            if k == 0:
+                self.broken = True
+                self._raise_if_interrupted()
+                raise ConnectionResetError("redis: connection closed by the server")
+            while k:
+                if k >= len(iov[0]):
+                    k -= len(iov.pop(0))
+                else:
+                    iov[0] = iov[0][k:]
+                    k = 0
+        return bytes(crlf)
 
     def _into(self, views: list[memoryview], deadline: float, cancel: CancelGuard | None) -> None:
         for view in views:
@@ -327,10 +438,11 @@ class Connection:
                 elif cancel is None:
                     k = self._recv_into(view[pos:], deadline, whole=True)
                 else:
-                    # The receive under the guard cannot block; when nothing is ready, wait
-                    # outside it (cancel() must never wait on a poll) and try again.
+                    # The receive under the guard cannot block (or its interrupter ends it);
+                    # when nothing is ready, wait outside it (cancel() must never wait on a
+                    # poll) and try again.
                     with cancel.guard():
-                        k = self._recv_nowait(view[pos:])
+                        k = self._recv_once(view[pos:])
                     if k == 0 and not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
                         self._wait(select.POLLIN, deadline)
                 pos += k

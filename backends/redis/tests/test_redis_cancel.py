@@ -1,7 +1,9 @@
 """The redis transport's cancellable contract over real sockets: a peer that stalls in
 the middle of a value (read) or stops reading in the middle of a command (write). Once the
 token's ``cancel()`` has returned, no byte of caller memory is written (read) or read
-(write) again, and the connection is never reused."""
+(write) again, and the connection is never reused. A plain socket's receives and sends stay
+blocking under the token (its interrupter shuts the socket down); each test also runs with
+the socket non-blocking-only (as over TLS)."""
 
 from __future__ import annotations
 
@@ -19,22 +21,28 @@ from hicache_sdk.kit import CancelToken
 VALUE = bytes(range(256)) * 8192  # 2 MiB
 
 
-def _pair() -> tuple[Connection, socket.socket]:
+def _pair(interruptible: bool) -> tuple[Connection, socket.socket]:
     a, b = socket.socketpair()
-    return Connection(a, timeout_s=5.0), b
+    conn = Connection(a, timeout_s=5.0)
+    conn.blocking = interruptible  # False: the no-wait calls a TLS socket makes
+    return conn, b
 
 
-def test_read_cancelled_mid_value_touches_nothing_after_cancel() -> None:
-    conn, peer = _pair()
+MODES = pytest.mark.parametrize("interruptible", [True, False], ids=["interruptible", "nowait"])
+
+
+@MODES
+def test_read_cancelled_mid_value_touches_nothing_after_cancel(interruptible: bool) -> None:
+    conn, peer = _pair(interruptible)
     dst = ctypes.create_string_buffer(len(VALUE))
     seg = [(ctypes.addressof(dst), len(VALUE))]
     tok = CancelToken()
-    conn.cancel = tok  # as the transport sets it for a call: its waits watch the token too
     outcome: list[BaseException | bool | None] = []
 
     def reader() -> None:
         try:
-            outcome.append(conn.read_bulk_into(seg, tok))
+            with conn.watch(tok):  # as the transport runs a call: its waits watch the token too
+                outcome.append(conn.read_bulk_into(seg, tok))
         except BaseException as e:
             outcome.append(e)
 
@@ -47,29 +55,30 @@ def test_read_cancelled_mid_value_touches_nothing_after_cancel() -> None:
     peer.settimeout(2.0)
     try:  # the rest arrives after the cancel (the reader may have stopped reading)
         peer.sendall(VALUE[len(VALUE) // 2 :] + b"\r\n")
-    except TimeoutError:
+    except (TimeoutError, BrokenPipeError):  # BrokenPipe: the interrupter shut the socket
         pass
     t.join(10)
     assert not t.is_alive()
-    assert isinstance(outcome[0], Cancelled)
+    assert isinstance(outcome[0], Cancelled) and conn.broken
     assert dst.raw == snapshot  # nothing landed after cancel() returned
     assert snapshot[:1024] == VALUE[:1024]  # what arrived before went straight to caller memory
     peer.close()
 
 
-def test_write_cancelled_mid_command_reads_nothing_after_cancel() -> None:
-    conn, peer = _pair()
+@MODES
+def test_write_cancelled_mid_command_reads_nothing_after_cancel(interruptible: bool) -> None:
+    conn, peer = _pair(interruptible)
     peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
     big = ctypes.create_string_buffer(b"A" * (32 << 20), 32 << 20)
     view = memoryview(big).cast("B")[: 32 << 20]
     tok = CancelToken()
-    conn.cancel = tok  # as the transport sets it for a call: its waits watch the token too
     outcome: list[BaseException | None] = []
 
     def writer() -> None:
         try:
-            conn.send([b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n" % len(view), view, b"\r\n"], cancel=tok)
-            outcome.append(None)
+            with conn.watch(tok):
+                conn.send([b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n" % len(view), view, b"\r\n"], cancel=tok)
+                outcome.append(None)
         except BaseException as e:
             outcome.append(e)
 

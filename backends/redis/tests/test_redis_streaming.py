@@ -4,11 +4,11 @@ connections, streamed MGETs that keep the server's reply memory small, and cance
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +17,7 @@ from hicache_backend_redis import RedisConfig, RedisTransport
 from hicache_backend_redis.resp import Connection, command
 
 from hicache_sdk.errors import Cancelled
+from hicache_sdk.kit import CancelToken
 
 
 @pytest.fixture
@@ -49,26 +50,18 @@ def _pages(n: int, size: int) -> tuple[np.ndarray, list[list[tuple[int, int]]]]:
     return a, [[(int(a.ctypes.data) + i * size, size)] for i in range(n)]
 
 
-class Token:
-    """A cancel token as the transport kit describes it: ``guard()`` raises once cancelled;
-    ``cancel()`` takes the same lock, so after it returns no guarded section runs."""
+class Token(CancelToken):
+    """The kit's cancel token, counting guarded touches of caller memory."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.cancelled = False
+        super().__init__()
         self.guards = 0
+        self._count = threading.Lock()
 
-    @contextlib.contextmanager
-    def guard(self) -> Iterator[None]:
-        with self._lock:
-            if self.cancelled:
-                raise Cancelled("cancelled")
+    def guard(self) -> Any:
+        with self._count:
             self.guards += 1
-            yield
-
-    def cancel(self) -> None:
-        with self._lock:
-            self.cancelled = True
+        return super().guard()
 
 
 def test_large_batches_run_on_concurrent_connections(server: RedisServer) -> None:
