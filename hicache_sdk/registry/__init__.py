@@ -53,6 +53,7 @@ from ._messages import describe_not_found, install_command
 from ._messages import duplicate as _duplicate
 from ._messages import normalize_dist as _normalize
 from ._messages import unavailable as _unavailable
+from ._messages import viability as _viability
 
 __all__ = [
     "ALLOW_LIST_ENV",
@@ -331,19 +332,6 @@ def _info_for(
     if reason:
         note = f"{note}; {reason}" if note else reason
     return BackendInfo(name, value, dist, version, True, note, caps, source)
-
-
-def _viability(cls: type[Any]) -> str | None:
-    """The optional keyring-style probe: ``cls.check_environment()`` returns why the
-    backend cannot work here (``"protocol=rdma but no RDMA device"``) or ``None``."""
-    probe = getattr(cls, "check_environment", None)
-    if not callable(probe):
-        return None
-    try:
-        reason = probe()
-    except Exception as e:
-        return f"check_environment() raised {type(e).__name__}: {e}"
-    return f"not viable here: {reason}" if reason else None
 
 
 def list_backends(*, include_not_installed: bool = False) -> list[BackendInfo]:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from ..errors import BackendUnavailableError, DuplicateBackendError
 
-__all__ = ["describe_not_found", "duplicate", "install_command", "normalize_dist", "unavailable"]
+__all__ = ["describe_not_found", "duplicate", "install_command", "normalize_dist", "unavailable", "viability"]
 
 
 def normalize_dist(dist: str) -> str:
@@ -117,3 +118,16 @@ def describe_not_found(
         parts.append(f"Hidden by {allow_env[0]}: {', '.join(hidden)}.")
     parts.append("A backend can also be named by its import path, 'package.module:Class'.")
     return " ".join(parts)
+
+
+def viability(cls: type[Any]) -> str | None:
+    """The optional keyring-style probe: ``cls.check_environment()`` returns why the
+    backend cannot work here (``"protocol=rdma but no RDMA device"``) or ``None``."""
+    probe = getattr(cls, "check_environment", None)
+    if not callable(probe):
+        return None
+    try:
+        reason = probe()
+    except Exception as e:
+        return f"check_environment() raised {type(e).__name__}: {e}"
+    return f"not viable here: {reason}" if reason else None

@@ -30,10 +30,11 @@ from redis.crc import key_slot
 from hicache_sdk import ConfigError, Segments, TransportError
 
 from .config import RedisConfig, redact_url
+from .frames import set_nx_suffix
 from .mget import chunk_keys, stream_mget
 from .pool import AuthError, Pool
 from .redis_transport import RedisTransport
-from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, set_nx_suffix, views_of
+from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, views_of
 
 __all__ = ["RedisClusterTransport"]
 

@@ -40,9 +40,10 @@ from typing import Any, ClassVar, TypeVar
 from hicache_sdk import Capabilities, ConfigError, Segments, Transport, TransportError
 
 from .config import RedisConfig, parse_endpoint, redact_url
+from .frames import set_nx_frame
 from .mget import chunk_keys, stream_mget
 from .pool import AuthError, Pool
-from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, set_nx_frame, views_of
+from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, views_of
 
 __all__ = ["RedisTransport"]
 

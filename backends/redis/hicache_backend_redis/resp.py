@@ -21,8 +21,8 @@ so a cancelled call stops within that time. Any error leaves the connection in a
 protocol state: the caller must :meth:`close` it (``broken`` is set).
 
 Large bulk values are not first received into the private buffer: before a value of at
-least ``_DIRECT_MIN`` bytes, the header (and the previous value's CRLF) is received with a
-receive of at most ``_HEADER_RECV`` bytes, so nearly all of the value is received by the
+least ``DIRECT_MIN`` bytes, the header (and the previous value's CRLF) is received with a
+receive of at most ``HEADER_RECV`` bytes, so nearly all of the value is received by the
 kernel straight into the segments (one copy, socket to page).
 
 Edge cases: a null bulk (``$-1``) is a miss; a bulk of another size than the segments is
@@ -38,49 +38,21 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from hicache_sdk.errors import Cancelled
 from hicache_sdk.kit.segments import memoryviews as views_of
 
-__all__ = ["Connection", "ProtocolError", "ReplyError", "command", "views_of"]
+from . import bulk
+from .frames import HEADER_RECV, RECV, CancelGuard, ProtocolError, ReplyError, command
+
+__all__ = ["CancelGuard", "Connection", "ProtocolError", "ReplyError", "command", "views_of"]
 
 _CRLF = b"\r\n"
-_RECV = 1 << 16
 _SCRATCH = bytearray(1 << 20)
-#: Values at least this large are received straight into their segments, their header
-#: through a small receive (see the module docs).
-_DIRECT_MIN = 16 << 10
-_HEADER_RECV = 64
 #: With a cancel token, the longest single poll before the token is looked at again.
 _CANCEL_POLL_S = 0.05
-
-
-class ReplyError(Exception):
-    """The server answered with an error reply (``-ERR ...``, ``-NOPERM ...``)."""
-
-
-class ProtocolError(OSError):
-    """The byte stream is not what RESP says it must be."""
-
-
-class CancelGuard(Protocol):
-    @property
-    def cancelled(self) -> bool: ...
-
-    def guard(self) -> contextlib.AbstractContextManager[Any]: ...
-
-    def on_cancel(self, interrupt: Callable[[], None]) -> Callable[[], bool]: ...
-
-
-def command(*args: bytes | str | int) -> bytes:
-    """Encode a command whose arguments are small (keys, options)."""
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        b = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(out)
 
 
 class Connection:
@@ -102,7 +74,7 @@ class Connection:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
         else:
             sock.setblocking(False)
-        self._buf = bytearray(_RECV)
+        self._buf = bytearray(RECV)
         self._view = memoryview(self._buf)
         self._start = 0
         self._end = 0
@@ -269,7 +241,7 @@ class Connection:
         if self._interruptible and self.cancel is not None and self.cancel.cancelled:
             raise Cancelled()
 
-    def _fill(self, deadline: float, limit: int = _RECV) -> None:
+    def _fill(self, deadline: float, limit: int = RECV) -> None:
         if self._start == self._end:
             self._start = self._end = 0
         elif self._end == len(self._buf):
@@ -281,7 +253,7 @@ class Connection:
             self._start, self._end = 0, rest
         self._end += self._recv_into(self._view[self._end : self._end + limit], deadline)
 
-    def _line(self, deadline: float, limit: int = _RECV) -> bytes:
+    def _line(self, deadline: float, limit: int = RECV) -> bytes:
         while True:
             i = self._buf.find(_CRLF, self._start, self._end)
             if i >= 0:
@@ -290,7 +262,7 @@ class Connection:
                 return line
             self._fill(deadline, limit)
 
-    def _take(self, n: int, deadline: float, limit: int = _RECV) -> bytes:
+    def _take(self, n: int, deadline: float, limit: int = RECV) -> bytes:
         while self._end - self._start < n:
             self._fill(deadline, limit)
         out = bytes(self._buf[self._start : self._start + n])
@@ -300,10 +272,10 @@ class Connection:
     def header(self, small: bool = False) -> tuple[int, int]:
         """Read one reply header: ``(kind, value)`` where kind is one of ``*$:+`` as an
         ordinal; ``+`` replies have value 0; error replies raise :class:`ReplyError`.
-        ``small``: receive at most ``_HEADER_RECV`` bytes at a time (a large value follows,
+        ``small``: receive at most ``HEADER_RECV`` bytes at a time (a large value follows,
         to be received straight into its segments)."""
         deadline = time.monotonic() + self.timeout_s
-        line = self._line(deadline, _HEADER_RECV if small else _RECV)
+        line = self._line(deadline, HEADER_RECV if small else RECV)
         if not line:
             self.broken = True
             raise ProtocolError("redis: empty reply line")
@@ -337,115 +309,8 @@ class Connection:
     def read_bulk_into(
         self, segments: Sequence[tuple[int, int]], cancel: CancelGuard | None = None
     ) -> bool | None:
-        """Read one bulk reply into ``segments``.
-
-        ``None`` for a null bulk (absent), ``True`` when its size equals the segments'
-        total and every byte landed, ``False`` for a size mismatch (the value is drained)."""
-        want = sum(s for _, s in segments)
-        small = want >= _DIRECT_MIN
-        kind, n = self.header(small)
-        if kind != 0x24:
-            self.broken = True
-            raise ProtocolError("redis: expected a bulk reply")
-        if n < 0:
-            return None
-        deadline = time.monotonic() + self.timeout_s
-        if n != want:
-            self._drain(n + 2, deadline)
-            return False
-        try:
-            views = self._buffered_into(views_of(segments), cancel)
-            if views and self.blocking and (cancel is None or self._interruptible):
-                tail = self._scatter_into(views, deadline, cancel)
-            else:
-                self._into(views, deadline, cancel)
-                tail = self._take(2, deadline, _HEADER_RECV if small else _RECV)
-        except BaseException:  # Cancelled, a reset, a timeout: the reply is cut short
-            self.broken = True
-            raise
-        if tail != _CRLF:
-            self.broken = True
-            raise ProtocolError("redis: bulk reply not terminated by CRLF")
-        return True
-
-    def _buffered_into(self, views: list[memoryview], cancel: CancelGuard | None) -> list[memoryview]:
-        """Copy what is already buffered into the first ``views``; return what is left."""
-        have = self._end - self._start
-        if not have:
-            return views
-        left: list[memoryview] = []
-        for view in views:
-            k = min(have, len(view))
-            if k:
-                src = self._view[self._start : self._start + k]
-                if cancel is None:
-                    view[:k] = src
-                else:
-                    with cancel.guard():
-                        view[:k] = src
-                self._start += k
-                have -= k
-            if k < len(view):
-                left.append(view[k:])
-        return left
-
-    def _scatter_into(self, views: list[memoryview], deadline: float, cancel: CancelGuard | None) -> bytes:
-        """Receive the rest of a value and its CRLF with blocking ``MSG_WAITALL``
-        ``recvmsg_into`` calls over every segment at once (one system call per value, not
-        one per segment plus one for the CRLF); returns the CRLF bytes."""
-        crlf = bytearray(2)
-        iov = [*views, memoryview(crlf)]
-        while iov:
-            try:
-                if cancel is None:
-                    k = self.sock.recvmsg_into(iov, 0, socket.MSG_WAITALL)[0]
-                else:
-                    with cancel.guard():
-                        k = self.sock.recvmsg_into(iov, 0, socket.MSG_WAITALL)[0]
-            except BlockingIOError:  # SO_RCVTIMEO passed with nothing received
-                self._wait(select.POLLIN, deadline)
-                continue
-            except OSError:
-                self.broken = True
-                self._raise_if_interrupted()
-                raise
-            if k == 0:
-                self.broken = True
-                self._raise_if_interrupted()
-                raise ConnectionResetError("redis: connection closed by the server")
-            while k:
-                if k >= len(iov[0]):
-                    k -= len(iov.pop(0))
-                else:
-                    iov[0] = iov[0][k:]
-                    k = 0
-        return bytes(crlf)
-
-    def _into(self, views: list[memoryview], deadline: float, cancel: CancelGuard | None) -> None:
-        for view in views:
-            pos = 0
-            size = len(view)
-            while pos < size:
-                have = self._end - self._start
-                if have:
-                    k = min(have, size - pos)
-                    if cancel is None:
-                        view[pos : pos + k] = self._view[self._start : self._start + k]
-                    else:
-                        with cancel.guard():
-                            view[pos : pos + k] = self._view[self._start : self._start + k]
-                    self._start += k
-                elif cancel is None:
-                    k = self._recv_into(view[pos:], deadline, whole=True)
-                else:
-                    # The receive under the guard cannot block (or its interrupter ends it);
-                    # when nothing is ready, wait outside it (cancel() must never wait on a
-                    # poll) and try again.
-                    with cancel.guard():
-                        k = self._recv_once(view[pos:])
-                    if k == 0 and not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
-                        self._wait(select.POLLIN, deadline)
-                pos += k
+        """Read one bulk reply into ``segments`` (see :func:`.bulk.read_bulk_into`)."""
+        return bulk.read_bulk_into(self, segments, cancel)
 
     def _drain(self, n: int, deadline: float) -> None:
         have = min(n, self._end - self._start)
@@ -459,23 +324,3 @@ class Connection:
         self.broken = True
         with contextlib.suppress(OSError):
             self.sock.close()
-
-
-def set_nx_suffix(ttl_ms: int) -> tuple[bytes, int]:
-    """The encoded arguments after a ``SET key value`` value (``NX``, and ``PX ttl_ms`` when
-    ``ttl_ms`` is set), and the command's argument count: ``SET key value NX [PX ms]``."""
-    tail = b"\r\n$2\r\nNX\r\n"
-    if not ttl_ms:
-        return tail, 4
-    ms = str(ttl_ms).encode()
-    return tail + b"$2\r\nPX\r\n$%d\r\n%s\r\n" % (len(ms), ms), 6
-
-
-def set_nx_frame(name: bytes, nbytes: int, ttl_ms: int, value_last: bool) -> tuple[bytes, bytes]:
-    """The bytes before and after an ``nbytes`` value in a create-if-absent write of
-    ``name``: ``SETNX name value`` when ``value_last`` and there is no TTL (nothing follows
-    the value), else ``SET name value NX [PX ttl_ms]``."""
-    if value_last and not ttl_ms:
-        return b"*3\r\n$5\r\nSETNX\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, nbytes), _CRLF
-    tail, nargs = set_nx_suffix(ttl_ms)
-    return b"*%d\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (nargs, len(name), name, nbytes), tail

@@ -1,0 +1,146 @@
+"""Bulk replies received straight into page memory (:meth:`.resp.Connection.read_bulk_into`).
+
+What is already buffered is copied first; on a plain socket the rest of the value and its
+CRLF are then one blocking ``MSG_WAITALL`` ``recvmsg_into`` over every segment at once (one
+system call per value, so the threads of a batch's parts hand the GIL over far less often);
+over TLS, or when no interrupter can end a blocking call, receives are no-wait calls after
+``poll``. Under a cancel token every touch of page memory runs inside its guard.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from hicache_sdk.kit.segments import memoryviews as views_of
+
+from .frames import DIRECT_MIN, HEADER_RECV, RECV, CancelGuard, ProtocolError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .resp import Connection
+
+__all__ = ["read_bulk_into"]
+
+_CRLF = b"\r\n"
+
+
+def read_bulk_into(
+    c: Connection, segments: Sequence[tuple[int, int]], cancel: CancelGuard | None = None
+) -> bool | None:
+    """Read one bulk reply into ``segments``.
+
+    ``None`` for a null bulk (absent), ``True`` when its size equals the segments'
+    total and every byte landed, ``False`` for a size mismatch (the value is drained)."""
+    want = sum(s for _, s in segments)
+    small = want >= DIRECT_MIN
+    kind, n = c.header(small)
+    if kind != 0x24:
+        c.broken = True
+        raise ProtocolError("redis: expected a bulk reply")
+    if n < 0:
+        return None
+    deadline = time.monotonic() + c.timeout_s
+    if n != want:
+        c._drain(n + 2, deadline)
+        return False
+    try:
+        views = _buffered_into(c, views_of(segments), cancel)
+        if views and c.blocking and (cancel is None or c._interruptible):
+            tail = _scatter_into(c, views, deadline, cancel)
+        else:
+            _into(c, views, deadline, cancel)
+            tail = c._take(2, deadline, HEADER_RECV if small else RECV)
+    except BaseException:  # Cancelled, a reset, a timeout: the reply is cut short
+        c.broken = True
+        raise
+    if tail != _CRLF:
+        c.broken = True
+        raise ProtocolError("redis: bulk reply not terminated by CRLF")
+    return True
+
+
+def _buffered_into(c: Connection, views: list[memoryview], cancel: CancelGuard | None) -> list[memoryview]:
+    """Copy what is already buffered into the first ``views``; return what is left."""
+    have = c._end - c._start
+    if not have:
+        return views
+    left: list[memoryview] = []
+    for view in views:
+        k = min(have, len(view))
+        if k:
+            src = c._view[c._start : c._start + k]
+            if cancel is None:
+                view[:k] = src
+            else:
+                with cancel.guard():
+                    view[:k] = src
+            c._start += k
+            have -= k
+        if k < len(view):
+            left.append(view[k:])
+    return left
+
+
+def _scatter_into(
+    c: Connection, views: list[memoryview], deadline: float, cancel: CancelGuard | None
+) -> bytes:
+    """Receive the rest of a value and its CRLF with blocking ``MSG_WAITALL``
+    ``recvmsg_into`` calls over every segment at once (one system call per value, not
+    one per segment plus one for the CRLF); returns the CRLF bytes."""
+    crlf = bytearray(2)
+    iov = [*views, memoryview(crlf)]
+    while iov:
+        try:
+            if cancel is None:
+                k = c.sock.recvmsg_into(iov, 0, socket.MSG_WAITALL)[0]
+            else:
+                with cancel.guard():
+                    k = c.sock.recvmsg_into(iov, 0, socket.MSG_WAITALL)[0]
+        except BlockingIOError:  # SO_RCVTIMEO passed with nothing received
+            c._wait(select.POLLIN, deadline)
+            continue
+        except OSError:
+            c.broken = True
+            c._raise_if_interrupted()
+            raise
+        if k == 0:
+            c.broken = True
+            c._raise_if_interrupted()
+            raise ConnectionResetError("redis: connection closed by the server")
+        while k:
+            if k >= len(iov[0]):
+                k -= len(iov.pop(0))
+            else:
+                iov[0] = iov[0][k:]
+                k = 0
+    return bytes(crlf)
+
+
+def _into(c: Connection, views: list[memoryview], deadline: float, cancel: CancelGuard | None) -> None:
+    for view in views:
+        pos = 0
+        size = len(view)
+        while pos < size:
+            have = c._end - c._start
+            if have:
+                k = min(have, size - pos)
+                if cancel is None:
+                    view[pos : pos + k] = c._view[c._start : c._start + k]
+                else:
+                    with cancel.guard():
+                        view[pos : pos + k] = c._view[c._start : c._start + k]
+                c._start += k
+            elif cancel is None:
+                k = c._recv_into(view[pos:], deadline, whole=True)
+            else:
+                # The receive under the guard cannot block (or its interrupter ends it);
+                # when nothing is ready, wait outside it (cancel() must never wait on a
+                # poll) and try again.
+                with cancel.guard():
+                    k = c._recv_once(view[pos:])
+                if k == 0 and not (c.tls and c.sock.pending()):  # type: ignore[attr-defined]
+                    c._wait(select.POLLIN, deadline)
+            pos += k
