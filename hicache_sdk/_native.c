@@ -10,14 +10,33 @@
  * gather(dst, segments) -> int     segments (addr, nbytes) copied back to back to dst
  * scatter(src, segments) -> int    contiguous src split into segments (addr, nbytes)
  *
+ * A copy of at least PAR_MIN bytes is split into equal byte ranges copied by several threads
+ * at once (one of them the caller's): on this project's 2-core test machine one thread copies
+ * 32 MiB in 5.4-6 ms and two in 2.2-2.3 ms. Runs must therefore not overlap one another (a run
+ * may overlap itself: each piece is a memmove). The thread count is at most the online CPUs
+ * (4 at most) and one per PART_MIN bytes; copy_threads(n) sets it (1: never split; 0: the
+ * default), as does the environment variable HICACHE_COPY_THREADS at import.
+ *
+ * copy_threads(n=-1) -> int        the thread count setting before the call (-1: only read)
+ *
  * The Python fallback (hicache_sdk.kit.segments) loops over ctypes.memmove when this module
  * could not be compiled: same results, more per-segment overhead.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#define PAR_MIN ((size_t)4 << 20)
+#define PART_MIN ((size_t)2 << 20)
+#define MAX_THREADS 8
+
+/* 0: the default (online CPUs, at most 4). */
+static int copy_threads_setting = 0;
 
 typedef struct {
     uintptr_t dst, src;
@@ -35,26 +54,111 @@ static int parse_u(PyObject *o, uintptr_t *out, const char *what, Py_ssize_t i) 
     return 0;
 }
 
+static void copy_list(const run_t *r, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (r[i].n) {
+            memmove((void *)r[i].dst, (const void *)r[i].src, r[i].n);
+        }
+    }
+}
+
+typedef struct {
+    const run_t *r;
+    Py_ssize_t n;
+} job_t;
+
+static void *copy_job(void *arg) {
+    const job_t *j = (const job_t *)arg;
+    copy_list(j->r, j->n);
+    return NULL;
+}
+
+static int threads_for(size_t total) {
+    if (total < PAR_MIN) {
+        return 1;
+    }
+    long t = copy_threads_setting;
+    if (t <= 0) {
+        t = sysconf(_SC_NPROCESSORS_ONLN);
+        t = t > 4 ? 4 : t;
+    }
+    long by_size = (long)(total / PART_MIN);
+    t = t > by_size ? by_size : t;
+    t = t > MAX_THREADS ? MAX_THREADS : t;
+    return t < 1 ? 1 : (int)t;
+}
+
+/* Copy the (merged) runs in t equal byte ranges, t - 1 of them on new threads. */
+static void copy_parallel(const run_t *runs, Py_ssize_t m, size_t total, int t) {
+    run_t *pieces = malloc((size_t)(m + t) * sizeof(run_t));
+    if (pieces == NULL) {
+        copy_list(runs, m);
+        return;
+    }
+    job_t jobs[MAX_THREADS];
+    Py_ssize_t pi = 0, ri = 0;
+    size_t off = 0, left = total, per = total / (size_t)t;
+    for (int k = 0; k < t; k++) {
+        size_t want = k == t - 1 ? left : per;
+        left -= want;
+        jobs[k].r = pieces + pi;
+        Py_ssize_t start = pi;
+        while (ri < m && (want > 0 || runs[ri].n == off)) {
+            size_t avail = runs[ri].n - off;
+            size_t take = avail < want ? avail : want;
+            if (take) {
+                pieces[pi].dst = runs[ri].dst + off;
+                pieces[pi].src = runs[ri].src + off;
+                pieces[pi].n = take;
+                pi++;
+                want -= take;
+                off += take;
+            }
+            if (off == runs[ri].n) {
+                ri++;
+                off = 0;
+            }
+        }
+        jobs[k].n = pi - start;
+    }
+    pthread_t tids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int k = 1; k < t; k++) {
+        started[k] = pthread_create(&tids[k], NULL, copy_job, &jobs[k]) == 0;
+    }
+    copy_job(&jobs[0]);
+    for (int k = 1; k < t; k++) {
+        if (started[k]) {
+            pthread_join(tids[k], NULL);
+        } else {
+            copy_job(&jobs[k]); /* no thread: copy it here */
+        }
+    }
+    free(pieces);
+}
+
 static Py_ssize_t run_all(run_t *runs, Py_ssize_t n) {
-    Py_ssize_t total = 0;
+    /* Merge adjacent runs (dst and src both continuing the previous run) in place. */
+    Py_ssize_t m = 0;
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        total += runs[i].n;
+        if (m > 0 && runs[i].dst == runs[m - 1].dst + runs[m - 1].n &&
+            runs[i].src == runs[m - 1].src + runs[m - 1].n) {
+            runs[m - 1].n += runs[i].n;
+        } else {
+            runs[m++] = runs[i];
+        }
+    }
+    int t = threads_for(total);
     Py_BEGIN_ALLOW_THREADS
-    Py_ssize_t i = 0;
-    while (i < n) {
-        uintptr_t d = runs[i].dst, s = runs[i].src;
-        size_t len = runs[i].n;
-        Py_ssize_t j = i + 1;
-        while (j < n && runs[j].dst == d + len && runs[j].src == s + len) {
-            len += runs[j].n;
-            j++;
-        }
-        if (len) {
-            memmove((void *)d, (const void *)s, len);
-        }
-        total += (Py_ssize_t)len;
-        i = j;
+    if (t <= 1) {
+        copy_list(runs, m);
+    } else {
+        copy_parallel(runs, m, total, t);
     }
     Py_END_ALLOW_THREADS
-    return total;
+    return (Py_ssize_t)total;
 }
 
 /* Parse `seq` of tuples with `width` ints; fill runs. mode 0: (dst, src, n); mode 1:
@@ -147,10 +251,24 @@ static PyObject *scatter(PyObject *self, PyObject *args) {
     return do_copy(segs, 2, (uintptr_t)src);
 }
 
+static PyObject *copy_threads(PyObject *self, PyObject *args) {
+    int n = -1;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "|i:copy_threads", &n)) {
+        return NULL;
+    }
+    int before = copy_threads_setting;
+    if (n >= 0) {
+        copy_threads_setting = n > MAX_THREADS ? MAX_THREADS : n;
+    }
+    return PyLong_FromLong(before);
+}
+
 static PyMethodDef methods[] = {
     {"copy_runs", copy_runs, METH_VARARGS, "copy_runs(runs) -> bytes copied; runs: (dst, src, n)"},
     {"gather", gather, METH_VARARGS, "gather(dst, segments) -> bytes copied"},
     {"scatter", scatter, METH_VARARGS, "scatter(src, segments) -> bytes copied"},
+    {"copy_threads", copy_threads, METH_VARARGS, "copy_threads(n=-1) -> the setting before (0: default)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -158,4 +276,11 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "hicache_sdk._native", "Bulk memory copies with the GIL released.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void) {
+    const char *env = getenv("HICACHE_COPY_THREADS");
+    if (env != NULL && *env) {
+        int v = atoi(env);
+        copy_threads_setting = v < 0 ? 0 : (v > MAX_THREADS ? MAX_THREADS : v);
+    }
+    return PyModule_Create(&module);
+}

@@ -93,6 +93,17 @@ def copy_runs(runs: Sequence[tuple[int, int, int]]) -> int:
     return _py_copy_runs(runs)
 
 
+def copy_threads(n: int = -1) -> int:
+    """The number of threads a large native copy is split over (at least 4 MiB in total,
+    one thread per 2 MiB, the caller's included); ``0`` is the default (the online CPUs, at
+    most 4), ``1`` never splits. Returns the setting before the call; ``-1`` only reads it.
+    The environment variable ``HICACHE_COPY_THREADS`` sets it at import. Without the native
+    module copies are single-threaded and this returns 1."""
+    if _native is None:
+        return 1
+    return _native.copy_threads(n)
+
+
 def gather(segments: Segments, dst: int) -> int:
     """Copy the pieces back to back into contiguous memory at ``dst``; returns the bytes."""
     if _native is not None:

@@ -115,6 +115,48 @@ def test_native_copy_releases_the_gil() -> None:
     assert during > 1000  # with the GIL held for the copies the spinner would stall
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_native_copy_split_over_threads_moves_every_byte_once(threads: int) -> None:
+    """Large copies are split into equal byte ranges over threads: runs of odd sizes
+    (empty, 1 byte, runs cut at part boundaries, adjacent runs merged) all land exactly,
+    and nothing outside them is written."""
+    if not seg.NATIVE:
+        pytest.skip("hicache_sdk._native was not compiled")
+    import random
+
+    rng = random.Random(threads)
+    n = 40 << 20
+    src = bytes(rng.getrandbits(8) for _ in range(4096)) * (n // 4096)
+    sbuf, dbuf = ctypes.create_string_buffer(src, n), ctypes.create_string_buffer(n + 4096)
+    s0, d0 = ctypes.addressof(sbuf), ctypes.addressof(dbuf)
+    runs, off, gap = [], 0, 0
+    while off < n - (4 << 20):
+        size = rng.choice([0, 1, 7, 4096, 100_003, 3 << 20])
+        runs.append((d0 + off + gap, s0 + off, size))
+        off += size
+        gap += rng.choice([0, 0, 1])  # some runs adjacent (merged), some shifted; none overlap
+    before = seg.copy_threads(threads)
+    try:
+        assert seg.copy_runs(runs) == off
+    finally:
+        seg.copy_threads(before)
+    got = dbuf.raw
+    expect = bytearray(n + 4096)
+    for d, s_, size in runs:
+        expect[d - d0 : d - d0 + size] = src[s_ - s0 : s_ - s0 + size]
+    assert got == bytes(expect)
+
+
+def test_copy_threads_setting_reads_and_restores() -> None:
+    if not seg.NATIVE:
+        assert seg.copy_threads() == 1
+        return
+    before = seg.copy_threads(3)
+    assert seg.copy_threads() == 3
+    seg.copy_threads(before)
+    assert seg.copy_threads() == before
+
+
 def test_memoryviews_share_memory_and_coalesce() -> None:
     a = buf(b"abcdef")
     base = ctypes.addressof(a)
