@@ -23,7 +23,6 @@ A backend's own tests subclass :class:`hicache_conformance.BackendSuite` and set
 
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -45,134 +44,12 @@ from .capabilities import (
     test_requires,
     validate_waivers,
 )
+from .factory import NAMESPACE_PREFIX, BackendFactory, resolve_backend_class
 from .matrix import PoolCase, pool_cases
 from .raw import RawObjects, default_raw_objects, is_memory_backend
 from .watchdog import Watchdog
 
 __all__ = ["SuiteBase", "BackendFactory", "Attached", "NAMESPACE_PREFIX", "resolve_backend_class"]
-
-#: Every namespace the suite writes into starts with this.
-NAMESPACE_PREFIX = "hicache-conformance-"
-
-
-def resolve_backend_class(backend: Any) -> type[Any]:
-    """A class as is; ``"module:Class"`` or an entry-point name through the registry."""
-    if isinstance(backend, type):
-        return backend
-    if not isinstance(backend, str) or not backend:
-        raise ValueError(f"backend must be a class, 'module:Class' or a backend name, got {backend!r}")
-    from hicache_sdk.registry import resolve_backend
-
-    return resolve_backend(backend)
-
-
-class BackendFactory:
-    """Builds backends for one test; every backend lives in a conformance namespace.
-
-    ``factory()`` builds one in the test's own namespace; ``factory(namespace=ns)`` in
-    another (from :meth:`new_namespace`); ``storage_config=`` sets the parallel identity;
-    keyword ``overrides`` are merged into ``extra_config``. At teardown every backend is
-    closed and every namespace used is cleared (when the backend declares ``delete``).
-    """
-
-    def __init__(
-        self,
-        build: Callable[[HiCacheStorageConfig], HiCacheStorage],
-        config: Mapping[str, Any],
-        namespace: str,
-        namespace_config: Callable[[str], Mapping[str, Any]] | None = None,
-        backend_ref: str | None = None,
-        probe: Callable[[HiCacheStorage, str], int] | None = None,
-    ) -> None:
-        self._build = build
-        self._config = dict(config)
-        self._namespace_config = namespace_config or (lambda ns: {"namespace": ns})
-        #: How a child process rebuilds the backend class (``None``: it cannot).
-        self.backend_ref = backend_ref
-        self.namespace = namespace
-        self.created: list[HiCacheStorage] = []
-        self.namespaces: set[str] = {namespace}
-        #: ``probe(backend, ns)``: objects already in ``ns`` (out-of-band view), or ``None``.
-        self._probe = probe
-        self._proven: set[str] = set()
-
-    def new_namespace(self) -> str:
-        ns = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:12]}"
-        self.namespaces.add(ns)
-        return ns
-
-    def extra_config(self, namespace: str | None = None, **overrides: Any) -> dict[str, Any]:
-        ns = namespace or self.namespace
-        if not ns.startswith(NAMESPACE_PREFIX):
-            raise pytest.UsageError(
-                f"the conformance suite writes and clears data and runs only in a namespace of its own "
-                f"(starting with {NAMESPACE_PREFIX!r}); refusing namespace {ns!r}"
-            )
-        self.namespaces.add(ns)
-        return {**self._config, **self._namespace_config(ns), **overrides}
-
-    def storage_config(
-        self,
-        *,
-        namespace: str | None = None,
-        storage_config: HiCacheStorageConfig | None = None,
-        **overrides: Any,
-    ) -> HiCacheStorageConfig:
-        """The storage config a backend of this namespace is built from (a copy)."""
-        sc = (
-            copy.copy(storage_config)
-            if storage_config is not None
-            else HiCacheStorageConfig(model_name="conformance/model")
-        )
-        sc.extra_config = self.extra_config(namespace, **overrides)
-        return sc
-
-    def __call__(
-        self,
-        *,
-        namespace: str | None = None,
-        storage_config: HiCacheStorageConfig | None = None,
-        **overrides: Any,
-    ) -> HiCacheStorage:
-        sc = self.storage_config(namespace=namespace, storage_config=storage_config, **overrides)
-        backend = self._build(sc)
-        self.created.append(backend)
-        ns = namespace or self.namespace
-        if self._probe is not None and ns not in self._proven:
-            held = self._probe(backend, ns)
-            if held:
-                self.namespaces.discard(ns)  # never cleared by the suite
-                raise pytest.UsageError(
-                    f"refusing to run in namespace {ns!r}: the store already holds {held} object(s) there "
-                    f"(the suite writes, plants garbage and clears only in a namespace it created and "
-                    f"proved empty; check the namespace / --isolate settings)"
-                )
-            self._proven.add(ns)
-        return backend
-
-    def teardown(self, clear: bool) -> None:
-        for b in self.created:
-            close = getattr(b, "close", None)  # SGLang's base class has no close()
-            try:
-                if close is not None:
-                    close()
-            except Exception:
-                pass
-        if clear:
-            # with an out-of-band view, only namespaces proved empty before use are cleared
-            todo = self._proven if self._probe is not None else self.namespaces
-            for ns in sorted(todo):
-                try:
-                    b = self._build(
-                        HiCacheStorageConfig(
-                            model_name="conformance/model", extra_config=self.extra_config(ns)
-                        )
-                    )
-                    b.clear()
-                    if hasattr(b, "close"):
-                        b.close()
-                except Exception:
-                    pass
 
 
 @dataclass

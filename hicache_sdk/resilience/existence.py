@@ -10,6 +10,8 @@ a worker long after its caller left.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import TransportError
@@ -17,7 +19,7 @@ from ..errors import TransportError
 if TYPE_CHECKING:  # pragma: no cover
     from .resilient import ResilientTransport
 
-__all__ = ["EXISTS_CHUNK", "exists_chunked"]
+__all__ = ["EXISTS_CHUNK", "exists_chunked", "run_exists"]
 
 #: The most keys one ``exists`` call of the transport is asked at a time.
 EXISTS_CHUNK = 4096
@@ -55,3 +57,35 @@ def exists_chunked(rt: ResilientTransport, keys: list[str], out: list[int | None
             out[pos : pos + len(part)] = part
             pos += len(part)
     return status == "ok"
+
+
+def run_exists(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None]:
+    """:meth:`ResilientTransport.exists <.resilient.ResilientTransport.exists>`: admission
+    (both breakers), the chunked query, metrics."""
+    n = len(keys)
+    if n == 0:
+        return []
+    t0 = time.perf_counter()
+    out: list[int | None] = [None] * n
+    if rt._closed:
+        rt._refuse("closed")
+        rt._record("t_exists", t0, 0, 0, False)
+        return out
+    # Transfers down: a hit could not be read, so nothing is reported present. The
+    # query may serve as the transfer breaker's half-open probe (health() when
+    # declared, else the query itself).
+    allowed, probe = rt._breaker.allow()
+    if not allowed or (probe and rt._probe_health and not rt._health_probe()):
+        rt._metrics.count("exists_refused_transfers_down")
+        rt._refuse("breaker_open")
+    elif not rt._exists_breaker.allow()[0]:
+        rt._metrics.count("breaker_rejected")
+        rt._refuse("exists_breaker_open")
+    else:
+        ok = exists_chunked(rt, list(keys), out)
+        if probe and not rt._probe_health:
+            (rt._breaker.record_success if ok else rt._breaker.record_failure)()
+        rt._record("t_exists", t0, n - out.count(None), 0, ok)
+        return out
+    rt._record("t_exists", t0, 0, 0, False)
+    return out

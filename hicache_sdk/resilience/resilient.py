@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 from ..transport import Segments, Transport
 from .breaker import CircuitBreaker
 from .deadline import Call, DeadlineRunner
-from .existence import EXISTS_CHUNK, exists_chunked
+from .existence import EXISTS_CHUNK, run_exists
 from .inject import FailureInjector
 from .metrics import Metrics
 from .protocols import (
@@ -291,33 +291,7 @@ class ResilientTransport(Transport):
     def exists(self, keys: Sequence[str]) -> list[int | None]:
         """Sizes / ``None``; all ``None`` when refused or failed, and ``None`` past the
         answered prefix at the exists deadline (see the module docs)."""
-        n = len(keys)
-        if n == 0:
-            return []
-        t0 = time.perf_counter()
-        out: list[int | None] = [None] * n
-        if self._closed:
-            self._refuse("closed")
-            self._record("t_exists", t0, 0, 0, False)
-            return out
-        # Transfers down: a hit could not be read, so nothing is reported present. The
-        # query may serve as the transfer breaker's half-open probe (health() when
-        # declared, else the query itself).
-        allowed, probe = self._breaker.allow()
-        if not allowed or (probe and self._probe_health and not self._health_probe()):
-            self._metrics.count("exists_refused_transfers_down")
-            self._refuse("breaker_open")
-        elif not self._exists_breaker.allow()[0]:
-            self._metrics.count("breaker_rejected")
-            self._refuse("exists_breaker_open")
-        else:
-            ok = exists_chunked(self, list(keys), out)
-            if probe and not self._probe_health:
-                (self._breaker.record_success if ok else self._breaker.record_failure)()
-            self._record("t_exists", t0, n - out.count(None), 0, ok)
-            return out
-        self._record("t_exists", t0, 0, 0, False)
-        return out
+        return run_exists(self, keys)
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """See :meth:`Transport.read`; misses on refusal, failure, deadline or no staging."""
