@@ -102,14 +102,10 @@ def _scatter_into(
         except BlockingIOError:  # SO_RCVTIMEO passed with nothing received
             c._wait(select.POLLIN, deadline)
             continue
-        except OSError:
-            c.broken = True
-            c._raise_if_interrupted()
-            raise
+        except OSError as e:
+            c.lost(e)
         if k == 0:
-            c.broken = True
-            c._raise_if_interrupted()
-            raise ConnectionResetError("redis: connection closed by the server")
+            c.lost(None)
         while k:
             if k >= len(iov[0]):
                 k -= len(iov.pop(0))

@@ -39,7 +39,7 @@ import ssl
 import struct
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from hicache_sdk.errors import Cancelled
 from hicache_sdk.kit.segments import memoryviews as views_of
@@ -141,10 +141,8 @@ class Connection:
             except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 self._wait(select.POLLOUT, deadline)
                 continue
-            except OSError:
-                self.broken = True
-                self._raise_if_interrupted()
-                raise
+            except OSError as e:
+                self.lost(e)
             except BaseException:  # Cancelled: the request may be cut short
                 self.broken = True
                 raise
@@ -204,14 +202,10 @@ class Connection:
             except (BlockingIOError, ssl.SSLWantReadError):
                 self._wait(select.POLLIN, deadline)
                 continue
-            except OSError:
-                self.broken = True
-                self._raise_if_interrupted()
-                raise
+            except OSError as e:
+                self.lost(e)
             if n == 0:
-                self.broken = True
-                self._raise_if_interrupted()
-                raise ConnectionResetError("redis: connection closed by the server")
+                self.lost(None)
             return n
 
     def _recv_once(self, view: memoryview) -> int:
@@ -226,20 +220,25 @@ class Connection:
                 n = self.sock.recv_into(view, 0, flags)
         except (BlockingIOError, ssl.SSLWantReadError):
             return 0
-        except OSError:
-            self.broken = True
-            self._raise_if_interrupted()
-            raise
+        except OSError as e:
+            self.lost(e)
         if n == 0:
-            self.broken = True
-            self._raise_if_interrupted()
-            raise ConnectionResetError("redis: connection closed by the server")
+            self.lost(None)
         return n
 
     def _raise_if_interrupted(self) -> None:
         """A call ended by the token's interrupter (the socket shut down) was cancelled."""
         if self._interruptible and self.cancel is not None and self.cancel.cancelled:
             raise Cancelled()
+
+    def lost(self, error: OSError | None) -> NoReturn:
+        """The socket failed (``error``) or the server closed it (``None``): the connection
+        is broken; a call ended by the token's interrupter raises :class:`Cancelled`."""
+        self.broken = True
+        self._raise_if_interrupted()
+        if error is not None:
+            raise error
+        raise ConnectionResetError("redis: connection closed by the server")
 
     def _fill(self, deadline: float, limit: int = RECV) -> None:
         if self._start == self._end:
