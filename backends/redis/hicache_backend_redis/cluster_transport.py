@@ -70,7 +70,9 @@ def _redirect(e: ReplyError) -> Redirect | None:
 class RedisClusterTransport(RedisTransport):
     """A :class:`~hicache_sdk.Transport` over a Redis Cluster (see the module docs)."""
 
-    cancellable: ClassVar[bool] = False  # parts run on worker threads
+    #: Every part's receives into and sends from caller memory run under the cancel
+    #: token's guard (a lane per worker thread), with the connection watching the token.
+    cancellable: ClassVar[bool] = True
 
     def __init__(self, config: RedisConfig) -> None:
         super().__init__(config, probe=False)
@@ -146,8 +148,11 @@ class RedisClusterTransport(RedisTransport):
         names: list[bytes],
         part: Callable[[Connection, list[int], bool], list[Any]],
         failed: Any,
+        cancel: CancelGuard | None = None,
     ) -> list[Any]:
-        """Run ``part`` per owning node (concurrently), then retry redirected keys once."""
+        """Run ``part`` per owning node (concurrently), then retry redirected keys once.
+        With ``cancel``, each part's connection watches it; a cancelled part raises
+        :class:`~hicache_sdk.errors.Cancelled` once every part has ended."""
         out: list[Any] = [failed] * len(names)
         if all(s is None for s in self._slots):
             self._refresh()
@@ -161,10 +166,21 @@ class RedisClusterTransport(RedisTransport):
         for attempt in range(2):
             rnd = _Round()
             items = list(groups.items())
-            futures = [self._workers.submit(self._run_part, rnd, t, idx, part, out) for t, idx in items[1:]]
-            self._run_part(rnd, items[0][0], items[0][1], part, out)
-            for f in futures:
-                f.result()
+            futures = [
+                self._workers.submit(self._run_part, rnd, t, idx, part, out, cancel) for t, idx in items[1:]
+            ]
+            err: BaseException | None = None
+            try:
+                self._run_part(rnd, items[0][0], items[0][1], part, out, cancel)
+            except BaseException as e:
+                err = e
+            for f in futures:  # every part ends before this returns or raises
+                try:
+                    f.result()
+                except BaseException as e:
+                    err = err or e
+            if err is not None:
+                raise err
             if rnd.errors and len(rnd.errors) == len(items) and attempt == 0:
                 raise TransportError(
                     f"redis cluster {what}: every node failed ({rnd.errors[0]})", reason="connection"
@@ -183,9 +199,10 @@ class RedisClusterTransport(RedisTransport):
         idx: list[int],
         part: Callable[[Connection, list[int], bool], list[Any]],
         out: list[Any],
+        cancel: CancelGuard | None = None,
     ) -> None:
         try:
-            with self._node_pool(target[0]).connection() as c:
+            with self._node_pool(target[0]).connection() as c, c.watch(cancel):
                 res = part(c, idx, target[1])
         except (OSError, ProtocolError, ReplyError, AuthError) as e:
             with rnd.lock:
@@ -249,11 +266,11 @@ class RedisClusterTransport(RedisTransport):
                     res[j] = r if r is not None else False
 
             chunks = chunk_keys(list(by_slot.values()), my_sizes, self.config.max_command_bytes)
-            read_one = lambda j: c.read_bulk_into(buffers[idx[j]])  # noqa: E731
+            read_one = lambda j: c.read_bulk_into(buffers[idx[j]], cancel)  # noqa: E731
             stream_mget(c, mine, my_sizes, chunks, read_one, res, asking=asking, refused=refused)
             return res
 
-        return self._execute("read", names, part, False)
+        return self._execute("read", names, part, False, cancel)
 
     def write(
         self, keys: Sequence[str], buffers: Sequence[Segments], cancel: CancelGuard | None = None
@@ -274,7 +291,7 @@ class RedisClusterTransport(RedisTransport):
                 )
                 parts.extend(views_of(buffers[i]))
                 parts.append(tail)
-            c.send(parts)
+            c.send(parts, cancel=cancel)
             res: list[Any] = []
             for _ in idx:
                 try:
@@ -286,7 +303,7 @@ class RedisClusterTransport(RedisTransport):
                     res.append(_redirect(e) or False)
             return res
 
-        return self._execute("write", names, part, False)
+        return self._execute("write", names, part, False, cancel)
 
     def delete(self, keys: Sequence[str]) -> None:
         if not keys:

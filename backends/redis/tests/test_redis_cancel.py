@@ -107,8 +107,8 @@ def test_write_cancelled_mid_command_reads_nothing_after_cancel(interruptible: b
     peer.close()
 
 
-@pytest.mark.parametrize("cls", ["RedisTransport"])
-def test_standalone_transport_declares_itself_cancellable(cls: str) -> None:
-    import hicache_backend_redis as mod
+def test_standalone_and_cluster_transports_declare_themselves_cancellable() -> None:
+    from hicache_backend_redis import RedisTransport
+    from hicache_backend_redis.cluster_transport import RedisClusterTransport
 
-    assert getattr(mod, cls).cancellable is True
+    assert RedisTransport.cancellable is True and RedisClusterTransport.cancellable is True

@@ -16,7 +16,7 @@ from redis.crc import key_slot
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisClusterServers]:
-    c = RedisClusterServers()
+    c = RedisClusterServers(extra=["--enable-debug-command", "local"])  # DEBUG SLEEP: a slow node
     c.start()
     try:
         yield c
@@ -122,5 +122,45 @@ def test_killed_master_misses_while_others_serve_then_recovers(cluster: RedisClu
         assert t.exists(keys) == [None if x else 2000 for x in lost]
         assert t.write(keys, [_segs(p) for p in pages]) == [True] * 30
         assert t.read(keys, [_segs(o) for o in out]) == [True] * 30
+    finally:
+        t.close()
+
+
+def test_cancel_stops_a_cluster_read_waiting_on_slow_nodes(cluster: RedisClusterServers) -> None:
+    """The cluster transport is cancellable: a read whose nodes are all asleep stops at the
+    token's cancel (not when they wake), nothing lands in caller memory, the interrupted
+    connections are discarded and the next read gets every page whole."""
+    import threading
+    import time
+
+    from hicache_sdk.errors import Cancelled
+    from hicache_sdk.kit import CancelToken
+
+    t = _make(cluster, "c4:")
+    try:
+        pages = [np.full(200_000, i + 1, np.uint8) for i in range(30)]
+        keys = [f"k{i}" for i in range(30)]
+        assert len({_owner(cluster, "c4:" + k).port for k in keys}) == 3
+        assert t.write(keys, [_segs(p) for p in pages]) == [True] * 30
+        out = [np.zeros_like(p) for p in pages]
+        sleepers = [
+            threading.Thread(target=cluster.cli, args=(n, "debug", "sleep", "2")) for n in cluster.nodes
+        ]
+        for s in sleepers:
+            s.start()
+        time.sleep(0.3)  # every master is asleep: the read's commands wait in their sockets
+        tok = CancelToken()
+        threading.Timer(0.3, tok.cancel).start()
+        t0 = time.monotonic()
+        with pytest.raises(Cancelled):
+            t.read(keys, [_segs(o) for o in out], tok)
+        took = time.monotonic() - t0
+        for s in sleepers:
+            s.join(10)
+        assert took < 1.2  # stopped at the cancel (0.3 s), not when the nodes woke (~1.7 s)
+        assert not any(o.any() for o in out)  # not one byte landed
+        assert t.read(keys, [_segs(o) for o in out]) == [True] * 30
+        assert all(np.array_equal(a, b) for a, b in zip(out, pages))
+        t.clear("")
     finally:
         t.close()
