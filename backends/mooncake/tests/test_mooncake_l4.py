@@ -4,6 +4,9 @@ own (the session cluster's data must survive for the other tests)."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,10 +27,33 @@ class FaultyMooncakeStorage(MooncakeStorage):
 
 class MasterHooks:
     """``stop()`` SIGKILLs the master; ``start()`` restarts it on the same ports and waits
-    for the holder process to re-mount its segment."""
+    for the holder process to re-mount its segment. ``add_delay(s)`` freezes the master
+    (SIGSTOP) for ``s`` seconds: every request to it hangs, as to an overloaded master;
+    ``clear_delay()`` thaws it (SIGCONT) at once and waits until it serves again."""
 
     def __init__(self, cluster: MooncakeCluster) -> None:
         self.cluster = cluster
+        self._thaw: threading.Timer | None = None
+
+    def _signal(self, sig: int) -> None:
+        m = self.cluster.master
+        if m is not None and m.poll() is None:
+            os.kill(m.pid, sig)
+
+    def add_delay(self, seconds: float) -> None:
+        self._signal(signal.SIGSTOP)
+        self._thaw = threading.Timer(seconds, self._signal, args=(signal.SIGCONT,))
+        self._thaw.daemon = True
+        self._thaw.start()
+
+    def clear_delay(self) -> None:
+        if self._thaw is not None:
+            self._thaw.cancel()
+            self._thaw = None
+        self._signal(signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while self.cluster.clients() < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def stop(self) -> None:
         self.cluster.stop_master()
