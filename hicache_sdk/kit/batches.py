@@ -12,6 +12,8 @@ def first_occurrences(names: Sequence[str]) -> tuple[list[int], list[int]] | Non
     each distinct name's first occurrence, in order, and ``owner[i]`` the position in
     ``keep`` whose result entry ``i`` shares. Write ``[x[j] for j in keep]`` once, then
     answer ``[result[owner[i]] for i in range(len(names))]``: the first copy wins."""
+    if len(set(names)) == len(names):  # the common case, at C speed
+        return None
     first: dict[str, int] = {}
     for nm in names:
         first.setdefault(nm, len(first))
