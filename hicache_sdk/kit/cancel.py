@@ -80,8 +80,9 @@ class CancelToken:
         return self._cancelled
 
     def cancel(self) -> None:
-        """Cancel; returns only once no guarded section is running (waits for those in
-        progress, which cannot block). Idempotent."""
+        """Cancel; returns only once no guarded section is running (runs the interrupters,
+        then waits for the sections in progress, which cannot block or were just ended by an
+        interrupter). Idempotent."""
         with self._lanes_lock:
             self._cancelled = True  # a lane made from now on sees the flag at its first entry
             lanes = list(self._lanes.values())

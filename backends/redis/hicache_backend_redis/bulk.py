@@ -17,14 +17,12 @@ from typing import TYPE_CHECKING
 
 from hicache_sdk.kit.segments import memoryviews as views_of
 
-from .frames import DIRECT_MIN, HEADER_RECV, RECV, CancelGuard, ProtocolError
+from .frames import CRLF, DIRECT_MIN, HEADER_RECV, RECV, CancelGuard, ProtocolError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .resp import Connection
 
 __all__ = ["read_bulk_into"]
-
-_CRLF = b"\r\n"
 
 
 def read_bulk_into(
@@ -56,7 +54,7 @@ def read_bulk_into(
     except BaseException:  # Cancelled, a reset, a timeout: the reply is cut short
         c.broken = True
         raise
-    if tail != _CRLF:
+    if tail != CRLF:
         c.broken = True
         raise ProtocolError("redis: bulk reply not terminated by CRLF")
     return True
@@ -116,20 +114,13 @@ def _scatter_into(
 
 
 def _into(c: Connection, views: list[memoryview], deadline: float, cancel: CancelGuard | None) -> None:
+    """Receive the rest of a value straight into ``views`` (the private buffer is empty:
+    :func:`_buffered_into` ran first), one receive at a time (TLS, or no interrupter)."""
     for view in views:
         pos = 0
         size = len(view)
         while pos < size:
-            have = c._end - c._start
-            if have:
-                k = min(have, size - pos)
-                if cancel is None:
-                    view[pos : pos + k] = c._view[c._start : c._start + k]
-                else:
-                    with cancel.guard():
-                        view[pos : pos + k] = c._view[c._start : c._start + k]
-                c._start += k
-            elif cancel is None:
+            if cancel is None:
                 k = c._recv_into(view[pos:], deadline, whole=True)
             else:
                 # The receive under the guard cannot block (or its interrupter ends it);

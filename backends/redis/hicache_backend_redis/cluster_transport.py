@@ -23,6 +23,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, ClassVar
 
 from redis.crc import key_slot
@@ -33,7 +34,7 @@ from .config import RedisConfig, redact_url
 from .frames import set_nx_suffix
 from .mget import chunk_keys, stream_mget
 from .pool import AuthError, Pool
-from .redis_transport import RedisTransport
+from .redis_transport import RedisTransport, run_together
 from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, views_of
 
 __all__ = ["RedisClusterTransport"]
@@ -166,21 +167,9 @@ class RedisClusterTransport(RedisTransport):
         for attempt in range(2):
             rnd = _Round()
             items = list(groups.items())
-            futures = [
-                self._workers.submit(self._run_part, rnd, t, idx, part, out, cancel) for t, idx in items[1:]
-            ]
-            err: BaseException | None = None
-            try:
-                self._run_part(rnd, items[0][0], items[0][1], part, out, cancel)
-            except BaseException as e:
-                err = e
-            for f in futures:  # every part ends before this returns or raises
-                try:
-                    f.result()
-                except BaseException as e:
-                    err = err or e
-            if err is not None:
-                raise err
+            run_together(
+                self._workers, [partial(self._run_part, rnd, t, idx, part, out, cancel) for t, idx in items]
+            )
             if rnd.errors and len(rnd.errors) == len(items) and attempt == 0:
                 raise TransportError(
                     f"redis cluster {what}: every node failed ({rnd.errors[0]})", reason="connection"

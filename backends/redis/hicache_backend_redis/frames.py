@@ -11,9 +11,10 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["CancelGuard", "ProtocolError", "ReplyError", "command", "set_nx_frame", "set_nx_suffix"]
+__all__ = ["CRLF", "CancelGuard", "ProtocolError", "ReplyError", "command", "set_nx_frame", "set_nx_suffix"]
 
-_CRLF = b"\r\n"
+#: A RESP line ending.
+CRLF = b"\r\n"
 #: The private receive buffer's size (reply headers and small values).
 RECV = 1 << 16
 #: Values at least this large are received straight into their segments, their header
@@ -63,6 +64,6 @@ def set_nx_frame(name: bytes, nbytes: int, ttl_ms: int, value_last: bool) -> tup
     ``name``: ``SETNX name value`` when ``value_last`` and there is no TTL (nothing follows
     the value), else ``SET name value NX [PX ttl_ms]``."""
     if value_last and not ttl_ms:
-        return b"*3\r\n$5\r\nSETNX\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, nbytes), _CRLF
+        return b"*3\r\n$5\r\nSETNX\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, nbytes), CRLF
     tail, nargs = set_nx_suffix(ttl_ms)
     return b"*%d\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (nargs, len(name), name, nbytes), tail

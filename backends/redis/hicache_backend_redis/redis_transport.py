@@ -35,6 +35,7 @@ import ssl
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 from hicache_sdk import Capabilities, ConfigError, Segments, Transport, TransportError
@@ -45,7 +46,7 @@ from .mget import chunk_keys, stream_mget
 from .pool import AuthError, Pool
 from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, views_of
 
-__all__ = ["RedisTransport"]
+__all__ = ["RedisTransport", "run_together"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,6 +56,25 @@ _PART_MIN = 2 << 20
 #: Values this large take Redis's big-argument path (``PROTO_MBULK_BIG_ARG``): writes of
 #: them go ``write_window`` at a time.
 _BIG_VALUE = 32 << 10
+
+
+def run_together(executor: ThreadPoolExecutor | None, calls: Sequence[Callable[[], None]]) -> None:
+    """Run ``calls[0]`` on this thread and the rest on ``executor``, concurrently; wait for
+    every call before returning or raising (a connection is never released while a part
+    still uses it), then raise the first failure."""
+    futures: list[Future[None]] = [executor.submit(c) for c in calls[1:]] if executor is not None else []
+    err: BaseException | None = None
+    try:
+        calls[0]()
+    except BaseException as e:
+        err = e
+    for f in futures:
+        try:
+            f.result()
+        except BaseException as e:
+            err = err or e
+    if err is not None:
+        raise err
 
 
 class RedisTransport(Transport):
@@ -175,7 +195,7 @@ class RedisTransport(Transport):
             groups[min(k - 1, acc * k // max(total, 1))].append(i)
             acc += n
         groups = [g for g in groups if g]
-        futures: list[Future[None]] = []
+        executor = None
         if len(groups) > 1:
             with self._executor_lock:
                 if self._executor is None:
@@ -183,19 +203,10 @@ class RedisTransport(Transport):
                     self._executor = ThreadPoolExecutor(
                         self.config.pool_size, thread_name_prefix="hicache-redis"
                     )
-            futures = [self._executor.submit(guarded, c, g, False) for c, g in zip(conns[1:], groups[1:])]
-        err: BaseException | None = None
-        try:
-            guarded(conns[0], groups[0], True)
-        except BaseException as e:
-            err = e
-        for f in futures:
-            try:
-                f.result()
-            except BaseException as e:
-                err = err or e
-        if err is not None:
-            raise err
+            executor = self._executor
+        run_together(
+            executor, [partial(guarded, c, g, i == 0) for i, (c, g) in enumerate(zip(conns, groups))]
+        )
 
     @property
     def round_trips(self) -> int:

@@ -45,11 +45,10 @@ from hicache_sdk.errors import Cancelled
 from hicache_sdk.kit.segments import memoryviews as views_of
 
 from . import bulk
-from .frames import HEADER_RECV, RECV, CancelGuard, ProtocolError, ReplyError, command
+from .frames import CRLF, HEADER_RECV, RECV, CancelGuard, ProtocolError, ReplyError, command
 
 __all__ = ["CancelGuard", "Connection", "ProtocolError", "ReplyError", "command", "views_of"]
 
-_CRLF = b"\r\n"
 _SCRATCH = bytearray(1 << 20)
 #: With a cancel token, the longest single poll before the token is looked at again.
 _CANCEL_POLL_S = 0.05
@@ -226,16 +225,13 @@ class Connection:
             self.lost(None)
         return n
 
-    def _raise_if_interrupted(self) -> None:
-        """A call ended by the token's interrupter (the socket shut down) was cancelled."""
-        if self._interruptible and self.cancel is not None and self.cancel.cancelled:
-            raise Cancelled()
-
     def lost(self, error: OSError | None) -> NoReturn:
         """The socket failed (``error``) or the server closed it (``None``): the connection
-        is broken; a call ended by the token's interrupter raises :class:`Cancelled`."""
+        is broken; a call ended by the token's interrupter (the socket shut down) raises
+        :class:`Cancelled`."""
         self.broken = True
-        self._raise_if_interrupted()
+        if self._interruptible and self.cancel is not None and self.cancel.cancelled:
+            raise Cancelled()
         if error is not None:
             raise error
         raise ConnectionResetError("redis: connection closed by the server")
@@ -254,7 +250,7 @@ class Connection:
 
     def _line(self, deadline: float, limit: int = RECV) -> bytes:
         while True:
-            i = self._buf.find(_CRLF, self._start, self._end)
+            i = self._buf.find(CRLF, self._start, self._end)
             if i >= 0:
                 line = bytes(self._buf[self._start : i])
                 self._start = i + 2
