@@ -31,6 +31,11 @@ from hicache_sdk.hostpool.page_memory import (
 )
 from hicache_sdk.spec import pool_name_str
 
+try:  # the whole check in one C pass (optional extension; numpy names what is wrong)
+    from hicache_sdk import _hotpath
+except ImportError:  # pragma: no cover - built without a compiler
+    _hotpath = None  # type: ignore[assignment]
+
 __all__ = [
     "describe_pool",
     "flat_page_view",
@@ -92,6 +97,16 @@ def page_starts(
         raise ValueError(f"{arg} has length {n}, not a multiple of page_size={page_size}")
     if n == 0:
         return []
+    if _hotpath is not None and host_indices.is_contiguous():
+        fast = _hotpath.page_starts(
+            host_indices.data_ptr(),
+            n,
+            host_indices.element_size(),
+            page_size,
+            -1 if pool_size is None else pool_size,
+        )
+        if fast is not None:
+            return fast
     # numpy on the tensor's own memory (no copy): a handful of vector ops, ~1 us overhead each
     pages = host_indices.numpy().reshape(-1, page_size)
     starts = pages[:, 0]

@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from .names import check_hex_page_hash, sanitize_component
+from .names import all_hex64, check_hex_page_hash, sanitize_component
 from .scheme_base import KeyScheme, ObjectSpec
 from .topology import Topology, _model_of
 
@@ -16,21 +16,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..hostpool.layout import PoolLayout
 
 __all__ = ["DefaultKeyScheme"]
-
-
-def _all_hex64(hashes: Sequence[str]) -> bool:
-    """Whether every entry is a ``str`` of exactly 64 lowercase hex chars, in a few
-    C-level passes over the batch (no per-hash Python call). ``False`` means "check them
-    one by one" (the slow path names the bad one)."""
-    if not hashes or set(map(type, hashes)) != {str} or set(map(len, hashes)) != {64}:
-        return False
-    joined = "".join(hashes)
-    try:
-        # fromhex skips whitespace and accepts A-F: the round trip through hex() (always
-        # lowercase, no whitespace) is equal only for pure lowercase hex input.
-        return bytes.fromhex(joined).hex() == joined
-    except ValueError:
-        return False
 
 
 class DefaultKeyScheme(KeyScheme):
@@ -127,7 +112,7 @@ class DefaultKeyScheme(KeyScheme):
         page (its segments are always ``pool.flat_order``), identical to
         ``page_objects(h, pool)[0].name``. ``[]`` for a logical pool (no objects);
         ``ValueError`` names the first bad hash."""
-        if not _all_hex64(page_hashes):
+        if not all_hex64(page_hashes):
             for h in page_hashes:
                 check_hex_page_hash(h)
         if not pool.has_buffer:

@@ -18,9 +18,16 @@ All errors are ``ValueError`` naming the argument.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Optional
 
+try:  # the batch check in one C call (optional extension)
+    from .. import _hotpath
+except ImportError:  # pragma: no cover - built without a compiler
+    _hotpath = None  # type: ignore[assignment]
+
 __all__ = [
+    "all_hex64",
     "check_page_hash",
     "check_hex_page_hash",
     "sanitize_component",
@@ -32,6 +39,26 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _DOTS = re.compile(r"\.{2,}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def all_hex64(hashes: Sequence[str]) -> bool:
+    """Whether every entry is a ``str`` of exactly 64 lowercase hex chars: one C call per
+    batch where :mod:`hicache_sdk._hotpath` is built, else a few C-level passes over the
+    batch (no per-hash Python call). ``False`` means "check them one by one" (the slow path
+    names the bad one); an empty batch is ``False``."""
+    if not hashes:
+        return False
+    if _hotpath is not None:
+        return _hotpath.all_hex64(hashes)
+    if set(map(type, hashes)) != {str} or set(map(len, hashes)) != {64}:
+        return False
+    joined = "".join(hashes)
+    try:
+        # fromhex skips whitespace and accepts A-F: the round trip through hex() (always
+        # lowercase, no whitespace) is equal only for pure lowercase hex input.
+        return bytes.fromhex(joined).hex() == joined
+    except ValueError:
+        return False
 
 
 def check_hex_page_hash(page_hash: object, argument: str = "page_hash") -> str:

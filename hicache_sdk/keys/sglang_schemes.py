@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from .names import check_plain_fragment, sanitize_component, sglang_model_name
+from .names import all_hex64, check_plain_fragment, sanitize_component, sglang_model_name
 from .scheme_base import KeyScheme, ObjectSpec
 from .topology import Topology, _model_of, _reject_namespace
 
@@ -18,7 +18,10 @@ __all__ = ["SGLangFileKeyScheme", "SGLangMooncakeKeyScheme"]
 
 def _all_plain(hashes: Sequence[str]) -> bool:
     """Bulk form of :func:`check_plain_fragment` over a batch: ``True`` only when every
-    entry surely passes it (``False``: check one by one, which raises on the bad one)."""
+    entry surely passes it (``False``: check one by one, which raises on the bad one).
+    SGLang's own hashes (64 lowercase hex chars) pass in one C call."""
+    if all_hex64(hashes):
+        return True
     if not hashes or set(map(type, hashes)) != {str} or "" in hashes:
         return False
     joined = "/".join(hashes)  # a separator no valid hash holds, so nothing spans two

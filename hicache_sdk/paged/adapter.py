@@ -160,7 +160,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         )
 
     def _record(self, op: str, state: PoolState, results: Sequence[bool], t0: float) -> None:
-        good = sum(1 for r in results if r)
+        good = len(results) - results.count(False)
         self.metrics.record(
             op,
             pages=good,

@@ -18,7 +18,6 @@ in one vectorised comparison; written from one array built from a template.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -28,7 +27,7 @@ import numpy as np
 from ..hostpool.page_memory import linear_plan
 from ..kit.batches import first_occurrences
 from ..transport import Segment, TransportError
-from .header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments, plain_records
+from .header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments, page_digests, plain_records
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy.typing as npt
@@ -36,6 +35,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..keys.scheme_base import KeyScheme
     from .objects import ObjectEngine
     from .pools import PoolState
+
+try:  # every segment list of a batch in one C call (optional extension)
+    from .. import _hotpath
+except ImportError:  # pragma: no cover - built without a compiler: numpy and comprehensions
+    _hotpath = None  # type: ignore[assignment]
 
 __all__ = ["Columns", "build_columns", "exists_columns", "read_columns", "write_columns"]
 
@@ -50,7 +54,7 @@ class Columns:
     payloads: list[int]  # payload bytes of each column
     n_pages: int
     identity: bytes | None  # header schemes: the pool's identity digest
-    pages: list[bytes] | None  # header schemes: each page's digest
+    pages: bytes | None  # header schemes: the pages' digests, 32 bytes each (page_digests)
     trailers: npt.NDArray[np.uint8] | None  # one row per object (read scratch / encoded)
 
     @property
@@ -137,15 +141,18 @@ def build_columns(
     header = state.identity is not None
     seg_sizes = layout.segment_sizes
     payloads = [sum(seg_sizes[j] for j in idx) for _, idx in spec]
-    names = spec[0][0] if len(spec) == 1 else [nm for col, _ in spec for nm in col]
     extra = TRAILER_SIZE if header else 0
-    sizes = [payloads[0] + extra] * n if len(spec) == 1 else [p + extra for p in payloads for _ in range(n)]
-    page_digests = _digests(keys) if header else None
+    names: list[str] = []
+    sizes: list[int] = []
+    for (col, _), p in zip(spec, payloads):  # list extends (C speed), not a comprehension
+        names += col
+        sizes += [p + extra] * n
+    digests = page_digests(keys) if header else None
     trailers = None
     if header and starts is not None:
-        assert state.identity is not None and page_digests is not None
+        assert state.identity is not None and digests is not None
         if write and not checksum:
-            trailers = plain_records(state.identity, page_digests, payloads, n)
+            trailers = plain_records(state.identity, digests, payloads, n)
         else:  # read scratch, or per-object records encoded below (they need the payload's crc)
             trailers = np.empty((len(names), TRAILER_SIZE), dtype=np.uint8)
     buffers: list[list[Segment]] = []
@@ -155,24 +162,25 @@ def build_columns(
         runs = [_runs(idx, bases, strides, seg_sizes) for _, idx in spec]
         if any(len(rb) + (1 if header else 0) > max_segments for rb, _, _ in runs):
             return None  # the per-object path stages such objects
-        pages = np.asarray(starts, dtype=np.int64) // layout.page_size
-        base = int(trailers.ctypes.data) if trailers is not None else 0
+        base = trailers.__array_interface__["data"][0] if trailers is not None else 0
+        pages = np.asarray(starts, dtype=np.int64) // layout.page_size if _hotpath is None else None
         for c, (rb, rs, rn) in enumerate(runs):
             at = base + c * n * TRAILER_SIZE if trailers is not None else None
-            buffers.extend(_rows(pages, rb, rs, rn, at))
+            if pages is None:  # one C call builds every segment list of the column
+                cols = list(zip(rb, rs, rn))
+                buffers += _hotpath.rows(
+                    starts, layout.page_size, cols, -1 if at is None else at, TRAILER_SIZE
+                )
+            else:
+                buffers += _rows(pages, rb, rs, rn, at)
         if header and write and checksum:
-            assert trailers is not None and state.identity is not None and page_digests is not None
+            assert trailers is not None and state.identity is not None and digests is not None
             for o, segs in enumerate(buffers):
                 c, i = divmod(o, n) if n else (0, 0)
-                rec = PageHeader(state.identity, page_digests[i], payloads[c], crc32_segments(segs[:-1]))
+                page = digests[32 * i : 32 * i + 32]
+                rec = PageHeader(state.identity, page, payloads[c], crc32_segments(segs[:-1]))
                 trailers[o] = np.frombuffer(rec.encode(), dtype=np.uint8)
-    return Columns(names, buffers, sizes, payloads, n, state.identity, page_digests, trailers)
-
-
-def _digests(keys: Sequence[str]) -> list[bytes]:
-    """:func:`~.header.digest` of every page hash (inlined: this runs once per page)."""
-    sha = hashlib.sha256
-    return [sha(k.encode()).digest() for k in keys]
+    return Columns(names, buffers, sizes, payloads, n, state.identity, digests, trailers)
 
 
 def _call(engine: ObjectEngine, op: str, cols: Columns) -> list[bool] | None:
@@ -207,8 +215,8 @@ def read_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     if cols.trailers is not None:
         assert cols.identity is not None and cols.pages is not None
         want = plain_records(cols.identity, cols.pages, cols.payloads, cols.n_pages)
-        plain: list[bool] = (cols.trailers == want).all(axis=1).tolist()
-        for o in [o for o, (g, p) in enumerate(zip(ok, plain)) if g and not p]:
+        differ = np.flatnonzero(~(cols.trailers == want).all(axis=1)).tolist()
+        for o in [o for o in differ if ok[o]]:
             reason = _check_record(cols, o)
             if reason is not None:
                 ok[o] = False
@@ -228,7 +236,8 @@ def _check_record(cols: Columns, o: int) -> str | None:
     c, i = divmod(o, cols.n_pages)
     try:
         record = PageHeader.decode(cols.trailers[o].tobytes())
-        record.check(identity=cols.identity, page=cols.pages[i], payload_len=cols.payloads[c])
+        page = cols.pages[32 * i : 32 * i + 32]
+        record.check(identity=cols.identity, page=page, payload_len=cols.payloads[c])
         if record.checksum is not None and crc32_segments(cols.buffers[o][:-1]) != record.checksum:
             raise HeaderError("checksum")
     except HeaderError as e:

@@ -82,9 +82,10 @@ class PoolState:
         if ident is None:
             pages: Sequence[bytes | None] = [None] * len(page_hashes)
         else:
-            from .header import digest
+            from .header import page_digests
 
-            pages = [digest(h) for h in page_hashes]
+            joined = page_digests(page_hashes)
+            pages = [joined[32 * i : 32 * i + 32] for i in range(len(page_hashes))]
         objs: list[ObjectIO] = []
         owners: list[int] = []
         for names, idx in cols:

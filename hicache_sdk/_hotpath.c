@@ -1,0 +1,376 @@
+/* Per-batch work of the adapter's hot path, one call per batch instead of Python per page.
+ *
+ * sha256_each(items) -> bytes: the 32-byte SHA-256 digest of each item (a str, hashed as its
+ *   UTF-8 bytes, or a bytes object), concatenated in order. hashlib costs about a microsecond
+ *   per page hash here (two Python calls and an object per digest); this is one call per batch
+ *   and, on CPUs with the SHA extensions, about a tenth of that per page. The portable
+ *   compression function is used where the SHA extensions are missing (checked once, cpuid).
+ * rows(starts, page_size, runs, trailer_at, trailer_size) -> list[list[tuple[int, int]]]: the segments of
+ *   each page of a linear pool (see the function), built without a Python loop.
+ * all_hex64(items) -> bool: every item is a str of exactly 64 lowercase hex characters.
+ * page_starts(address, count, itemsize, page_size, pool_size) -> list[int] | None: the start
+ *   slot of each page of a host-indices array (int64 or int32 at address), or None when any
+ *   page is not page_size consecutive slots from an aligned, non-negative start within the
+ *   pool (the caller's numpy path then names what is wrong).
+ *
+ * Optional like _native: without a compiler the SDK uses hashlib and numpy (same results).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_SHANI_BUILD 1
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+static const uint32_t K256[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+static const uint32_t H0[8] = {
+    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+};
+
+typedef void (*compress_fn)(uint32_t st[8], const uint8_t *data, size_t nblocks);
+
+#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void compress_portable(uint32_t st[8], const uint8_t *p, size_t nblocks) {
+    for (; nblocks; nblocks--, p += 64) {
+        uint32_t w[64];
+        for (int i = 0; i < 16; i++)
+            w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
+                   (uint32_t)p[4 * i + 3];
+        for (int i = 16; i < 64; i++) {
+            uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+            uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+        }
+        uint32_t a = st[0], b = st[1], c = st[2], d = st[3], e = st[4], f = st[5], g = st[6], h = st[7];
+        for (int i = 0; i < 64; i++) {
+            uint32_t t1 = h + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) + ((e & f) ^ (~e & g)) + K256[i] + w[i];
+            uint32_t t2 = (ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+            h = g;
+            g = f;
+            f = e;
+            e = d + t1;
+            d = c;
+            c = b;
+            b = a;
+            a = t1 + t2;
+        }
+        st[0] += a;
+        st[1] += b;
+        st[2] += c;
+        st[3] += d;
+        st[4] += e;
+        st[5] += f;
+        st[6] += g;
+        st[7] += h;
+    }
+}
+
+#ifdef HAVE_SHANI_BUILD
+/* The SHA extensions: two rounds per sha256rnds2 on the state split as ABEF / CDGH; the
+ * message schedule four words at a time (msg1: W[t-16] + s0(W[t-15]); + W[t-7]; msg2: + s1). */
+__attribute__((target("sha,sse4.1,ssse3"))) static void compress_shani(uint32_t st[8], const uint8_t *p,
+                                                                        size_t nblocks) {
+    const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+    __m128i tmp = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&st[0]), 0xB1); /* CDAB */
+    __m128i s1 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&st[4]), 0x1B);  /* EFGH */
+    __m128i s0 = _mm_alignr_epi8(tmp, s1, 8);                                         /* ABEF */
+    s1 = _mm_blend_epi16(s1, tmp, 0xF0);                                              /* CDGH */
+    for (; nblocks; nblocks--, p += 64) {
+        __m128i abef = s0, cdgh = s1, w[4];
+        for (int i = 0; i < 16; i++) {
+            __m128i m;
+            if (i < 4) {
+                m = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)), bswap);
+            } else { /* w[i&3] is W(i-4), then W(i-3), W(i-2), W(i-1) */
+                __m128i x = _mm_sha256msg1_epu32(w[i & 3], w[(i + 1) & 3]);
+                x = _mm_add_epi32(x, _mm_alignr_epi8(w[(i + 3) & 3], w[(i + 2) & 3], 4));
+                m = _mm_sha256msg2_epu32(x, w[(i + 3) & 3]);
+            }
+            w[i & 3] = m;
+            m = _mm_add_epi32(m, _mm_loadu_si128((const __m128i *)&K256[4 * i]));
+            s1 = _mm_sha256rnds2_epu32(s1, s0, m);
+            s0 = _mm_sha256rnds2_epu32(s0, s1, _mm_shuffle_epi32(m, 0x0E));
+        }
+        s0 = _mm_add_epi32(s0, abef);
+        s1 = _mm_add_epi32(s1, cdgh);
+    }
+    tmp = _mm_shuffle_epi32(s0, 0x1B);     /* FEBA */
+    s1 = _mm_shuffle_epi32(s1, 0xB1);      /* DCHG */
+    s0 = _mm_blend_epi16(tmp, s1, 0xF0);   /* DCBA */
+    s1 = _mm_alignr_epi8(s1, tmp, 8);      /* HGFE */
+    _mm_storeu_si128((__m128i *)&st[0], s0);
+    _mm_storeu_si128((__m128i *)&st[4], s1);
+}
+
+static int cpu_has_shani(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 19)) || !(c & (1u << 9)))
+        return 0; /* SSE4.1, SSSE3 */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (b >> 29) & 1; /* SHA */
+}
+#endif
+
+static compress_fn compress = compress_portable;
+
+static void sha256(const uint8_t *data, size_t len, uint8_t out[32]) {
+    uint32_t st[8];
+    uint8_t tail[128];
+    memcpy(st, H0, sizeof st);
+    size_t full = len / 64;
+    if (full)
+        compress(st, data, full);
+    size_t rest = len - full * 64;
+    memcpy(tail, data + full * 64, rest);
+    tail[rest] = 0x80;
+    size_t tail_len = rest + 9 <= 64 ? 64 : 128;
+    memset(tail + rest + 1, 0, tail_len - rest - 1);
+    uint64_t bits = (uint64_t)len * 8;
+    for (int i = 0; i < 8; i++)
+        tail[tail_len - 1 - i] = (uint8_t)(bits >> (8 * i));
+    compress(st, tail, tail_len / 64);
+    for (int i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(st[i] >> 24);
+        out[4 * i + 1] = (uint8_t)(st[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(st[i] >> 8);
+        out[4 * i + 3] = (uint8_t)st[i];
+    }
+}
+
+static PyObject *sha256_each(PyObject *self, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "sha256_each() expects a sequence of str or bytes");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 32);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *data;
+        Py_ssize_t len;
+        if (PyUnicode_Check(items[i])) {
+            data = PyUnicode_AsUTF8AndSize(items[i], &len);
+            if (data == NULL)
+                goto fail;
+        } else if (PyBytes_Check(items[i])) {
+            data = PyBytes_AS_STRING(items[i]);
+            len = PyBytes_GET_SIZE(items[i]);
+        } else {
+            PyErr_Format(PyExc_TypeError, "sha256_each() item %zd is %.100s, not str or bytes", i,
+                         Py_TYPE(items[i])->tp_name);
+            goto fail;
+        }
+        sha256((const uint8_t *)data, (size_t)len, dst + 32 * i);
+    }
+    Py_DECREF(seq);
+    return out;
+fail:
+    Py_DECREF(seq);
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *all_hex64(PyObject *self, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "all_hex64() expects a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    int ok = 1;
+    for (Py_ssize_t i = 0; ok && i < n; i++) {
+        PyObject *o = items[i];
+        if (!PyUnicode_Check(o) || !PyUnicode_IS_COMPACT_ASCII(o) || PyUnicode_GET_LENGTH(o) != 64) {
+            ok = 0;
+            break;
+        }
+        const unsigned char *c = (const unsigned char *)PyUnicode_DATA(o);
+        unsigned char bad = 0; /* range checks without a branch: a loop the compiler vectorises */
+        for (int k = 0; k < 64; k++)
+            bad |= (unsigned char)((unsigned char)(c[k] - '0') > 9) & (unsigned char)((unsigned char)(c[k] - 'a') > 5);
+        ok = !bad;
+    }
+    Py_DECREF(seq);
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *page_starts(PyObject *self, PyObject *args) {
+    unsigned long long address;
+    Py_ssize_t count, itemsize, page_size, pool_size;
+    if (!PyArg_ParseTuple(args, "Knnnn:page_starts", &address, &count, &itemsize, &page_size, &pool_size))
+        return NULL;
+    if ((itemsize != 8 && itemsize != 4) || page_size <= 0 || count < 0 || count % page_size ||
+        (count && address == 0)) {
+        PyErr_SetString(PyExc_ValueError, "page_starts: bad arguments");
+        return NULL;
+    }
+    Py_ssize_t pages = count / page_size;
+    PyObject *out = PyList_New(pages);
+    if (out == NULL)
+        return NULL;
+    const int64_t *a64 = (const int64_t *)(uintptr_t)address;
+    const int32_t *a32 = (const int32_t *)(uintptr_t)address;
+    for (Py_ssize_t p = 0; p < pages; p++) {
+        Py_ssize_t at = p * page_size;
+        int64_t start = itemsize == 8 ? a64[at] : (int64_t)a32[at];
+        int good = start >= 0 && start % page_size == 0 && (pool_size < 0 || start + page_size <= pool_size);
+        if (good) { /* differences OR-ed together: a loop the compiler vectorises */
+            uint64_t diff = 0;
+            if (itemsize == 8) {
+                const int64_t *row = a64 + at;
+                for (Py_ssize_t k = 1; k < page_size; k++)
+                    diff |= (uint64_t)(row[k] - row[0] - k);
+            } else {
+                const int32_t *row = a32 + at;
+                for (Py_ssize_t k = 1; k < page_size; k++)
+                    diff |= (uint64_t)((int64_t)row[k] - row[0] - k);
+            }
+            good = diff == 0;
+        }
+        PyObject *v = good ? PyLong_FromLongLong(start) : NULL;
+        if (v == NULL) {
+            Py_DECREF(out);
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        PyList_SET_ITEM(out, p, v);
+    }
+    return out;
+}
+
+/* rows(starts, page_size, runs, trailer_at, trailer_size): for each page (index p = start /
+ * page_size), the list of segments
+ * [(base + p * stride, nbytes) for (base, stride, nbytes) in runs] followed, when
+ * trailer_at >= 0, by (trailer_at + i * trailer_size, trailer_size) for the i-th page. */
+static PyObject *rows(PyObject *self, PyObject *args) {
+    PyObject *pages_in, *runs_in;
+    long long trailer_at, page_size;
+    Py_ssize_t trailer_size;
+    if (!PyArg_ParseTuple(args, "OLOLn:rows", &pages_in, &page_size, &runs_in, &trailer_at, &trailer_size))
+        return NULL;
+    if (page_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "rows(): page_size must be positive");
+        return NULL;
+    }
+    PyObject *pages = PySequence_Fast(pages_in, "rows(): pages must be a sequence");
+    if (pages == NULL)
+        return NULL;
+    PyObject *runs = PySequence_Fast(runs_in, "rows(): runs must be a sequence");
+    if (runs == NULL) {
+        Py_DECREF(pages);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(pages), k = PySequence_Fast_GET_SIZE(runs);
+    Py_ssize_t width = k + (trailer_at >= 0);
+    long long base[64], stride[64];
+    PyObject *size[65] = {NULL}, *out = NULL;
+    if (k > 64) {
+        PyErr_SetString(PyExc_ValueError, "rows(): at most 64 runs");
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *r = PySequence_Fast_GET_ITEM(runs, j);
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 3) {
+            PyErr_Format(PyExc_ValueError, "rows(): run %zd must be (base, stride, nbytes)", j);
+            goto done;
+        }
+        base[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(r, 0));
+        stride[j] = PyLong_AsLongLong(PyTuple_GET_ITEM(r, 1));
+        size[j] = PyTuple_GET_ITEM(r, 2);
+        Py_INCREF(size[j]);
+        if (PyErr_Occurred())
+            goto done;
+    }
+    if (trailer_at >= 0 && (size[k] = PyLong_FromSsize_t(trailer_size)) == NULL)
+        goto done;
+    if ((out = PyList_New(n)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long p = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(pages, i));
+        if (p == -1 && PyErr_Occurred())
+            goto fail;
+        p /= page_size;
+        PyObject *row = PyList_New(width);
+        if (row == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, i, row);
+        for (Py_ssize_t j = 0; j < width; j++) {
+            long long addr = j < k ? base[j] + p * stride[j] : trailer_at + (long long)i * trailer_size;
+            PyObject *a = PyLong_FromLongLong(addr), *t = a ? PyTuple_New(2) : NULL;
+            if (t == NULL) {
+                Py_XDECREF(a);
+                goto fail;
+            }
+            Py_INCREF(size[j]);
+            PyTuple_SET_ITEM(t, 0, a);
+            PyTuple_SET_ITEM(t, 1, size[j]);
+            PyList_SET_ITEM(row, j, t);
+        }
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    for (Py_ssize_t j = 0; j <= k && j < 65; j++)
+        Py_XDECREF(size[j]);
+    Py_DECREF(pages);
+    Py_DECREF(runs);
+    return out;
+}
+
+static PyObject *set_accelerated(PyObject *self, PyObject *args) {
+    int on = -1;
+    if (!PyArg_ParseTuple(args, "|i", &on))
+        return NULL;
+    int before = compress != compress_portable;
+#ifdef HAVE_SHANI_BUILD
+    if (on == 1 && cpu_has_shani())
+        compress = compress_shani;
+#endif
+    if (on == 0)
+        compress = compress_portable;
+    return PyBool_FromLong(before);
+}
+
+static PyMethodDef methods[] = {
+    {"sha256_each", sha256_each, METH_O, "sha256_each(items) -> bytes: 32-byte digests, concatenated"},
+    {"rows", rows, METH_VARARGS, "rows(starts, page_size, runs, trailer_at, trailer_size) -> list of segment lists"},
+    {"all_hex64", all_hex64, METH_O, "all_hex64(items) -> whether every item is 64 lowercase hex chars"},
+    {"page_starts", page_starts, METH_VARARGS,
+     "page_starts(address, count, itemsize, page_size, pool_size) -> list[int] | None (pool_size -1: none)"},
+    {"set_accelerated", set_accelerated, METH_VARARGS,
+     "set_accelerated(on=-1) -> whether the SHA extensions were in use before (tests: 0 forces the portable code)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "hicache_sdk._hotpath", "Per-batch work of the adapter's hot path.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__hotpath(void) {
+#ifdef HAVE_SHANI_BUILD
+    if (cpu_has_shani())
+        compress = compress_shani;
+#endif
+    return PyModule_Create(&module);
+}
