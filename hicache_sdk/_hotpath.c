@@ -7,6 +7,7 @@
  *   compression function is used where the SHA extensions are missing (checked once, cpuid).
  * rows(starts, page_size, runs, trailer_at, trailer_size) -> list[list[tuple[int, int]]]: the segments of
  *   each page of a linear pool (see the function), built without a Python loop.
+ * names(hashes, prefix, suffix, fanout) -> list[str] | None: object names of a batch.
  * all_hex64(items) -> bool: every item is a str of exactly 64 lowercase hex characters.
  * page_starts(address, count, itemsize, page_size, pool_size) -> list[int] | None: the start
  *   slot of each page of a host-indices array (int64 or int32 at address), or None when any
@@ -338,6 +339,55 @@ done:
     return out;
 }
 
+/* names(hashes, prefix, suffix, fanout) -> [prefix + (h[:fanout] + "/" if fanout) + h + suffix]:
+ * the object names of a batch, for ASCII strings (None when any piece is not ASCII: the
+ * caller builds those names in Python). */
+static PyObject *names(PyObject *self, PyObject *args) {
+    PyObject *hashes_in, *prefix, *suffix;
+    Py_ssize_t fanout;
+    if (!PyArg_ParseTuple(args, "OUUn:names", &hashes_in, &prefix, &suffix, &fanout))
+        return NULL;
+    if (!PyUnicode_IS_COMPACT_ASCII(prefix) || !PyUnicode_IS_COMPACT_ASCII(suffix) || fanout < 0)
+        Py_RETURN_NONE;
+    PyObject *hashes = PySequence_Fast(hashes_in, "names(): hashes must be a sequence");
+    if (hashes == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(hashes);
+    Py_ssize_t lp = PyUnicode_GET_LENGTH(prefix), ls = PyUnicode_GET_LENGTH(suffix);
+    const char *p = (const char *)PyUnicode_DATA(prefix), *q = (const char *)PyUnicode_DATA(suffix);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(hashes, i);
+        if (!PyUnicode_Check(h) || !PyUnicode_IS_COMPACT_ASCII(h) || PyUnicode_GET_LENGTH(h) < fanout) {
+            Py_CLEAR(out);
+            Py_INCREF(Py_None);
+            out = Py_None;
+            goto done;
+        }
+        Py_ssize_t lh = PyUnicode_GET_LENGTH(h), f = fanout ? fanout + 1 : 0;
+        PyObject *name = PyUnicode_New(lp + f + lh + ls, 127);
+        if (name == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        char *d = (char *)PyUnicode_DATA(name);
+        const char *hd = (const char *)PyUnicode_DATA(h);
+        memcpy(d, p, (size_t)lp);
+        if (fanout) {
+            memcpy(d + lp, hd, (size_t)fanout);
+            d[lp + fanout] = '/';
+        }
+        memcpy(d + lp + f, hd, (size_t)lh);
+        memcpy(d + lp + f + lh, q, (size_t)ls);
+        PyList_SET_ITEM(out, i, name);
+    }
+done:
+    Py_DECREF(hashes);
+    return out;
+}
+
 static PyObject *set_accelerated(PyObject *self, PyObject *args) {
     int on = -1;
     if (!PyArg_ParseTuple(args, "|i", &on))
@@ -354,6 +404,7 @@ static PyObject *set_accelerated(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"sha256_each", sha256_each, METH_O, "sha256_each(items) -> bytes: 32-byte digests, concatenated"},
+    {"names", names, METH_VARARGS, "names(hashes, prefix, suffix, fanout) -> list[str] | None (not ASCII)"},
     {"rows", rows, METH_VARARGS, "rows(starts, page_size, runs, trailer_at, trailer_size) -> list of segment lists"},
     {"all_hex64", all_hex64, METH_O, "all_hex64(items) -> whether every item is 64 lowercase hex chars"},
     {"page_starts", page_starts, METH_VARARGS,

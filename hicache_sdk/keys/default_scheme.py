@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from .names import all_hex64, check_hex_page_hash, sanitize_component
+from .names import all_hex64, batch_names, check_hex_page_hash, sanitize_component
 from .scheme_base import KeyScheme, ObjectSpec
 from .topology import Topology, _model_of
 
@@ -118,7 +118,7 @@ class DefaultKeyScheme(KeyScheme):
         if not pool.has_buffer:
             return []
         prefix = self._ident(pool)[1]
-        names = [f"{prefix}{h[:2]}/{h}" for h in page_hashes]
+        names = batch_names(page_hashes, prefix, "", 2)
         self.check_storable(page_hashes, names)
         return names
 

@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - built without a compiler
 
 __all__ = [
     "all_hex64",
+    "batch_names",
     "check_page_hash",
     "check_hex_page_hash",
     "sanitize_component",
@@ -59,6 +60,19 @@ def all_hex64(hashes: Sequence[str]) -> bool:
         return bytes.fromhex(joined).hex() == joined
     except ValueError:
         return False
+
+
+def batch_names(hashes: Sequence[str], prefix: str, suffix: str, fanout: int = 0) -> list[str]:
+    """``[prefix + h + suffix for h in hashes]``, with ``h[:fanout] + "/"`` before ``h`` when
+    ``fanout`` is set: the object names of a batch, built in one C call where
+    :mod:`hicache_sdk._hotpath` is built (and every piece is ASCII)."""
+    if _hotpath is not None:
+        got = _hotpath.names(hashes, prefix, suffix, fanout)
+        if got is not None:
+            return got
+    if fanout:
+        return [f"{prefix}{h[:fanout]}/{h}{suffix}" for h in hashes]
+    return [f"{prefix}{h}{suffix}" for h in hashes]
 
 
 def check_hex_page_hash(page_hash: object, argument: str = "page_hash") -> str:

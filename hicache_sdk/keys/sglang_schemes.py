@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from .names import all_hex64, check_plain_fragment, sanitize_component, sglang_model_name
+from .names import all_hex64, batch_names, check_plain_fragment, sanitize_component, sglang_model_name
 from .scheme_base import KeyScheme, ObjectSpec
 from .topology import Topology, _model_of, _reject_namespace
 
@@ -111,7 +111,7 @@ class SGLangFileKeyScheme(_SGLangNamedScheme):
         else:
             cfg = self.tp_config_suffix if pool_name == "mamba" else self.config_suffix
             suffix = f".{pool_name}{cfg}.bin"
-        names = [f"{h}{suffix}" for h in page_hashes]
+        names = batch_names(page_hashes, "", suffix)
         self.check_storable(page_hashes, names)
         return names
 
@@ -258,7 +258,7 @@ class SGLangMooncakeKeyScheme(_SGLangNamedScheme):
         out = []
         for spec in self.page_objects(first, pool):
             suffix = spec.name[len(tagged) :]
-            names = [f"{pre}{h}{suffix}" for h in page_hashes]
+            names = batch_names(page_hashes, pre, suffix)
             self.check_storable(page_hashes, names)
             out.append((names, spec.segments))
         return out

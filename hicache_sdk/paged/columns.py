@@ -270,10 +270,13 @@ def write_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     return cols.fold(got)
 
 
-def exists_columns(engine: ObjectEngine, cols: Columns, closed: bool = False) -> list[bool]:
-    """Per page: every object present with its stored size (wrong-sized ones are deleted)."""
+def exists_columns(
+    engine: ObjectEngine, cols: Columns, closed: bool = False, *, distinct: bool = False
+) -> list[bool]:
+    """Per page: every object present with its stored size (wrong-sized ones are deleted).
+    ``distinct``: the batch's page keys are distinct (so are its object names)."""
     if closed:
         return [False] * cols.n_pages
     if not cols.names:
         return [True] * cols.n_pages
-    return cols.fold(engine.exists_named(cols.names, cols.sizes))
+    return cols.fold(engine.exists_named(cols.names, cols.sizes, distinct=distinct))

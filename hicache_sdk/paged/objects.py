@@ -63,6 +63,10 @@ class ObjectIO:
         return self.payload_len + (TRAILER_SIZE if self.has_header else 0)
 
 
+#: ``exists`` answers that carry no size: absent, or present with its size unknown.
+_NO_SIZES = frozenset({None, SIZE_UNKNOWN})
+
+
 def _addr(buf: np.ndarray) -> int:
     return int(buf.ctypes.data)
 
@@ -114,11 +118,14 @@ class ObjectEngine:
         tell cheaply). An object of the wrong size is missing and is deleted."""
         return self.exists_named([o.name for o in objects], [o.object_size for o in objects])
 
-    def exists_named(self, names: Sequence[str], sizes: Sequence[int]) -> list[bool]:
-        """:meth:`exists` by name and expected stored size (a repeated name is asked once)."""
+    def exists_named(
+        self, names: Sequence[str], sizes: Sequence[int], *, distinct: bool = False
+    ) -> list[bool]:
+        """:meth:`exists` by name and expected stored size (a repeated name is asked once;
+        ``distinct``: the caller knows that no name repeats, which spares hashing them all)."""
         if not names:
             return []
-        unique = list(dict.fromkeys(names))
+        unique = names if distinct else list(dict.fromkeys(names))
         try:
             found = self.transport.exists(unique)
             if len(found) != len(unique):
@@ -126,8 +133,12 @@ class ObjectEngine:
         except Exception as e:
             self._failed("exists", e)
             return [False] * len(names)
-        if len(unique) == len(names) and found == list(sizes):  # all present, right sizes
-            return [True] * len(names)
+        if len(unique) == len(names):
+            kinds = set(found)
+            if kinds <= _NO_SIZES:  # present or absent, no size to compare (C-speed passes)
+                return [True] * len(names) if None not in kinds else [f is not None for f in found]
+            if found == list(sizes):  # all present, right sizes
+                return [True] * len(names)
         by_name = dict(zip(unique, found))
         out: list[bool] = []
         bad: list[str] = []

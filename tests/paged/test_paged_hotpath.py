@@ -127,3 +127,27 @@ def test_page_starts_of_a_strided_view_uses_the_view() -> None:
     with pytest.raises(ValueError, match="not contiguous from its start"):
         describe.page_starts(view, 2)
     assert describe.page_starts(base[8:16], 4) == [8, 12]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    hashes=st.lists(st.text(min_size=2, max_size=70), max_size=6),
+    prefix=st.text(max_size=12),
+    suffix=st.text(max_size=12),
+    fanout=st.sampled_from([0, 2]),
+)
+def test_batch_names_native_equals_python(hashes: list[str], prefix: str, suffix: str, fanout: int) -> None:
+    if fanout:
+        want = [f"{prefix}{h[:fanout]}/{h}{suffix}" for h in hashes]
+    else:
+        want = [f"{prefix}{h}{suffix}" for h in hashes]
+    assert names.batch_names(hashes, prefix, suffix, fanout) == want  # native, or Python for non-ASCII
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(names, "_hotpath", None)
+        assert names.batch_names(hashes, prefix, suffix, fanout) == want
+
+
+def test_batch_names_leaves_non_ascii_to_python() -> None:
+    assert _hotpath.names(["ab", "é"], "p/", "", 0) is None
+    assert _hotpath.names(["ab"], "é", "", 0) is None
+    assert _hotpath.names(["ab", "cd"], "p/", ".bin", 1) == ["p/a/ab.bin", "p/c/cd.bin"]
