@@ -58,7 +58,7 @@ from .columns import build_columns, exists_columns, read_columns, write_columns
 from .legacy import LegacyPathMixin
 from .objects import ObjectEngine, ObjectIO
 from .plumbing import ObjectPathMixin
-from .pools import PoolState, TransferPlan, check_keys, check_policy, host_page_starts, resolve_transfers
+from .pools import PoolState, check_keys, check_policy, host_page_starts, resolve_transfers
 from .registration import PoolRegistryMixin
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -309,40 +309,6 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         return results
 
     # -- v2 pools --------------------------------------------------------------------------
-    def _v2_run(
-        self, op: str, plans: Sequence[TransferPlan], skip: Sequence[bool], write: bool
-    ) -> dict[str, List[bool]]:
-        empty: tuple[list[ObjectIO], list[int], None] = ([], [], None)
-        groups = [
-            empty if s else self._page_objects(p.state, p.keys, p.starts, write=write)
-            for p, s in zip(plans, skip)
-        ]
-        flat: list[ObjectIO] = [o for objs, _, _ in groups for o in objs]
-        t0 = time.perf_counter()
-        ok = (self._write if write else self._read)(flat) if flat else []
-        out: dict[str, List[bool]] = {}
-        pos = 0
-        good_pages = good_bytes = 0
-        for p, s, (objs, owners, finish) in zip(plans, skip, groups):
-            res = [True] * len(p.keys) if s else self._fold(len(p.keys), owners, ok[pos : pos + len(objs)])
-            pos += len(objs)
-            if finish is not None:
-                finish(res)
-            out[p.name] = res
-            if not s:
-                n = sum(res)
-                good_pages += n
-                good_bytes += n * p.state.layout.page_bytes
-        if flat:
-            self.metrics.record(
-                op,
-                pages=good_pages,
-                nbytes=good_bytes,
-                seconds=time.perf_counter() - t0,
-                ok=all(all(r) for r in out.values()),
-            )
-        return out
-
     def batch_get_v2(
         self,
         transfers: List[PoolTransfer],

@@ -6,13 +6,15 @@ schemes without ``page_columns``, v2 batches).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 from ..keys.scheme_base import KeyScheme
+from ..resilience.metrics import Metrics
 from ..transport import Segment
 from .legacy import new_flat_page
 from .objects import ObjectIO
-from .pools import PoolState
+from .pools import PoolState, TransferPlan
 
 __all__ = ["ObjectPathMixin"]
 
@@ -21,6 +23,10 @@ class ObjectPathMixin:
     """Object plumbing shared by the adapter's page methods."""
 
     scheme: KeyScheme
+    metrics: Metrics
+    #: provided by :class:`~.adapter.PagedStorage` (declared here for the type checker)
+    _read: Callable[[Sequence[ObjectIO]], list[bool]]
+    _write: Callable[[Sequence[ObjectIO]], list[bool]]
     #: provided by :class:`~.legacy.LegacyPathMixin` (declared here for the type checker)
     _flat_batch: Callable[
         [PoolState, Sequence[str], Sequence[Sequence[Segment]]], tuple[list[ObjectIO], list[int]]
@@ -81,3 +87,38 @@ class ObjectPathMixin:
         """The objects of these pages with no memory attached (for existence / delete)."""
         fast = state.page_objects_fast(self.scheme, keys, ())
         return fast if fast is not None else self._flat_batch(state, keys, [()] * len(keys))
+
+    # -- v2 pools ------------------------------------------------------------------------
+    def _v2_run(
+        self, op: str, plans: Sequence[TransferPlan], skip: Sequence[bool], write: bool
+    ) -> dict[str, list[bool]]:
+        empty: tuple[list[ObjectIO], list[int], None] = ([], [], None)
+        groups = [
+            empty if s else self._page_objects(p.state, p.keys, p.starts, write=write)
+            for p, s in zip(plans, skip)
+        ]
+        flat: list[ObjectIO] = [o for objs, _, _ in groups for o in objs]
+        t0 = time.perf_counter()
+        ok = (self._write if write else self._read)(flat) if flat else []
+        out: dict[str, list[bool]] = {}
+        pos = 0
+        good_pages = good_bytes = 0
+        for p, s, (objs, owners, finish) in zip(plans, skip, groups):
+            res = [True] * len(p.keys) if s else self._fold(len(p.keys), owners, ok[pos : pos + len(objs)])
+            pos += len(objs)
+            if finish is not None:
+                finish(res)
+            out[p.name] = res
+            if not s:
+                n = sum(res)
+                good_pages += n
+                good_bytes += n * p.state.layout.page_bytes
+        if flat:
+            self.metrics.record(
+                op,
+                pages=good_pages,
+                nbytes=good_bytes,
+                seconds=time.perf_counter() - t0,
+                ok=all(all(r) for r in out.values()),
+            )
+        return out
