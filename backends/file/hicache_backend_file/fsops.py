@@ -33,6 +33,9 @@ from .beneath import Beneath
 from .names import TEMP_SUFFIX, is_page_name
 
 __all__ = [
+    "RWF_NOWAIT",
+    "probe_nowait",
+    "touch_fd",
     "PageEntry",
     "RootError",
     "is_temp_name",
@@ -239,3 +242,43 @@ def remove_stale_temps(fs: Beneath, max_age_s: float, now: float | None = None) 
     for _ in walk_pages(fs, on_temp=on_temp, with_stat=False):
         pass
     return removed
+
+
+#: ``preadv`` flag: fail with ``EAGAIN`` instead of waiting for the disk (0: unsupported).
+RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
+
+
+def touch_fd(fd: int) -> None:
+    """Make the page recent for LRU eviction (best effort: a read-only root keeps the old
+    time, and the read still succeeds)."""
+    try:
+        os.utime(fd)
+    except OSError:
+        pass
+
+
+def probe_nowait(root_fd: int) -> bool:
+    """Whether ``preadv(..., RWF_NOWAIT)`` works on the root's file system, tried once on
+    an unlinked temporary file of our own. A root where no file can be created (read
+    only) trusts the kernel's flag: should a file refuse it, that file is read by pass 2."""
+    if not RWF_NOWAIT:
+        return False
+    name = temp_name()
+    try:
+        fd = os.open(
+            name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=root_fd
+        )
+    except OSError:
+        return True
+    try:
+        try:
+            os.unlink(name, dir_fd=root_fd)
+            os.write(fd, bytes(16))
+            os.preadv(fd, [bytearray(16)], 0, RWF_NOWAIT)
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            return e.errno not in (errno.EOPNOTSUPP, errno.EINVAL)
+        return True
+    finally:
+        os.close(fd)

@@ -37,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from hicache_sdk.transport import Segments
 
 from .base import FileBase, reason_of
-from .fsops import temp_name
+from .fsops import RWF_NOWAIT, probe_nowait, touch_fd
 from .vio import (
     DIO_ALIGN,
     IOV_MAX,
@@ -54,46 +54,9 @@ __all__ = ["ReadPath", "probe_nowait"]
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
-_RWF_NOWAIT: int = getattr(os, "RWF_NOWAIT", 0)
 _MAX_HELD_FDS = 256  # descriptors pass 1 keeps open for pass 2; beyond, pass 2 reopens
 _SPLIT_WARM_AT = 16  # batches this large run pass 1 on two threads
 _BOUNCE_MAX = 64 * 1024  # largest unaligned tail read through the O_DIRECT bounce buffer
-
-
-def _touch_fd(fd: int) -> None:
-    """Make the page recent for LRU eviction (best effort: a read-only root keeps the old
-    time, and the read still succeeds)."""
-    try:
-        os.utime(fd)
-    except OSError:
-        pass
-
-
-def probe_nowait(root_fd: int) -> bool:
-    """Whether ``preadv(..., RWF_NOWAIT)`` works on the root's file system, tried once on
-    an unlinked temporary file of our own. A root where no file can be created (read
-    only) trusts the kernel's flag: should a file refuse it, that file is read by pass 2."""
-    if not _RWF_NOWAIT:
-        return False
-    name = temp_name()
-    try:
-        fd = os.open(
-            name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=root_fd
-        )
-    except OSError:
-        return True
-    try:
-        try:
-            os.unlink(name, dir_fd=root_fd)
-            os.write(fd, bytes(16))
-            os.preadv(fd, [bytearray(16)], 0, _RWF_NOWAIT)
-        except BlockingIOError:
-            pass
-        except OSError as e:
-            return e.errno not in (errno.EOPNOTSUPP, errno.EINVAL)
-        return True
-    finally:
-        os.close(fd)
 
 
 class ReadPath(FileBase):
@@ -133,7 +96,7 @@ class ReadPath(FileBase):
                 self._count("size_mismatch")
                 return False
             if self.ledger is not None:
-                _touch_fd(fd)  # LRU: a read makes the page recent
+                touch_fd(fd)  # LRU: a read makes the page recent
             return True
         except OSError as e:
             self._count(reason_of(e))
@@ -316,12 +279,12 @@ class ReadPath(FileBase):
                         cold.append((i, -1, None))
                     continue
                 try:
-                    got = os.preadv(fd, [*arrays, sink], 0, _RWF_NOWAIT)
+                    got = os.preadv(fd, [*arrays, sink], 0, RWF_NOWAIT)
                 except BlockingIOError:
                     got = 0
                 if got == total and (total & (DIO_ALIGN - 1) or os.fstat(fd).st_size == total):
                     if touch:
-                        _touch_fd(fd)
+                        touch_fd(fd)
                     out[i] = True
                 elif got > total:  # too long (or not a file): the checks of pass 2 decide
                     held = True  # _finish_read closes it

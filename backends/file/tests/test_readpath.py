@@ -99,11 +99,26 @@ def test_no_descriptor_leaks_on_mixed_batch(make_transport: Make, root: Path) ->
     t.write(["a", "b"], [segs(p)] * 2)
     os.truncate(root / "b", 10)
     os.mkdir(root / "d")
-    before = len(os.listdir("/proc/self/fd"))
+    before = _fds_under(root)
     out = np.zeros_like(p)
     for _ in range(3):
         assert t.read(["a", "b", "d", "zz"], [segs(out)] * 4) == [True, False, False, False]
-    assert len(os.listdir("/proc/self/fd")) == before
+    # descriptors on the store's own files only: other tests' threads may open or close
+    # unrelated descriptors of this process meanwhile
+    assert _fds_under(root) == before
+
+
+def _fds_under(root: Path) -> list[str]:
+    """What this process's descriptors under ``root`` point to, sorted."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile (the listing's own descriptor, another thread's)
+            continue
+        if target.startswith(str(root)):
+            out.append(target)
+    return sorted(out)
 
 
 def test_cold_read_threads_validated() -> None:
