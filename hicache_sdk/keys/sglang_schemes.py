@@ -148,6 +148,8 @@ class SGLangMooncakeKeyScheme(_SGLangNamedScheme):
     name: ClassVar[str] = "sglang-mooncake"
 
     def _build_names(self) -> None:
+        #: per pool layout, each object's name suffix and segments (see page_columns)
+        self._suffixes: dict[PoolLayout, list[tuple[str, tuple[int, ...]]]] = {}
         t, model = self._topo, self._model
         parts: list[str] = []
         extra = getattr(self.storage_config, "extra_config", None) or {}
@@ -252,15 +254,18 @@ class SGLangMooncakeKeyScheme(_SGLangNamedScheme):
                 check_plain_fragment(h, "page_hash")
         if not page_hashes:
             return []
-        first = page_hashes[0]
-        tagged = f"{self.config_prefix}_{first}" if self.config_prefix else first
         pre = f"{self.config_prefix}_" if self.config_prefix else ""
+        shape = self._suffixes.get(pool)
+        if shape is None:  # the suffixes depend on the pool, never on the hash: derive once
+            first = page_hashes[0]
+            tagged = f"{pre}{first}"
+            shape = [(spec.name[len(tagged) :], spec.segments) for spec in self.page_objects(first, pool)]
+            self._suffixes[pool] = shape
         out = []
-        for spec in self.page_objects(first, pool):
-            suffix = spec.name[len(tagged) :]
+        for suffix, segments in shape:
             names = batch_names(page_hashes, pre, suffix)
             self.check_storable(page_hashes, names)
-            out.append((names, spec.segments))
+            out.append((names, segments))
         return out
 
     def _mamba(self, tagged: str, pool: PoolLayout) -> list[ObjectSpec]:

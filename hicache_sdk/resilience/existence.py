@@ -25,7 +25,22 @@ __all__ = ["EXISTS_CHUNK", "exists_chunked", "run_exists"]
 EXISTS_CHUNK = 4096
 
 
-def exists_chunked(rt: ResilientTransport, keys: list[str], out: list[int | None]) -> bool:
+def _exists_one(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None] | None:
+    """A query of at most :data:`EXISTS_CHUNK` keys: one call, its answers as the
+    transport gave them (no copies); ``None`` when it failed or missed the deadline."""
+    inner = rt.inner
+
+    def job() -> list[int | None]:
+        got = inner.exists(keys)
+        if not isinstance(got, list) or len(got) != len(keys):
+            raise TransportError("exists returned a wrong number of answers", "transport_contract")
+        return got
+
+    status, got = rt._run("exists", job, rt._exists_s, None, breaker=rt.exists_breaker)
+    return got if status == "ok" else None
+
+
+def exists_chunked(rt: ResilientTransport, keys: Sequence[str], out: list[int | None]) -> bool:
     """Fill ``out`` with what the transport answered by the deadline (exists breaker);
     True when every chunk was answered."""
     n = len(keys)
@@ -66,11 +81,10 @@ def run_exists(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None]:
     if n == 0:
         return []
     t0 = time.perf_counter()
-    out: list[int | None] = [None] * n
     if rt._closed:
         rt._refuse("closed")
         rt._record("t_exists", t0, 0, 0, False)
-        return out
+        return [None] * n
     # Transfers down: a hit could not be read, so nothing is reported present. The
     # query may serve as the transfer breaker's half-open probe (health() when
     # declared, else the query itself).
@@ -82,10 +96,17 @@ def run_exists(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None]:
         rt._metrics.count("breaker_rejected")
         rt._refuse("exists_breaker_open")
     else:
-        ok = exists_chunked(rt, list(keys), out)
+        out: list[int | None]
+        if n <= EXISTS_CHUNK:  # the usual query: one call, no copies
+            got = _exists_one(rt, keys)
+            ok = got is not None
+            out = got if got is not None else [None] * n
+        else:
+            out = [None] * n
+            ok = exists_chunked(rt, keys, out)
         if probe and not rt._probe_health:
             (rt._breaker.record_success if ok else rt._breaker.record_failure)()
         rt._record("t_exists", t0, n - out.count(None), 0, ok)
         return out
     rt._record("t_exists", t0, 0, 0, False)
-    return out
+    return [None] * n
