@@ -13,18 +13,25 @@ Edge cases:
   treated as completed in time (the decision is taken under the call's lock, so exactly one
   of "caller uses the result" and "``on_late`` runs" happens, never both, never neither);
 * workers are daemon threads: a hung transport call never blocks interpreter exit;
+* a call goes to the worker that went idle *last* (a stack, not a queue): back-to-back
+  calls run on the same warm thread. Native clients keep per-thread state (Mooncake's
+  ``batch_is_exist`` took 0.81 of its own time from a rotating pool of eight threads
+  against 0.91 from one), and a thread that just ran is in the CPU's caches;
 * exceptions raised by the function are captured and returned to the waiter
   (:attr:`Call.error`); an exception in a late call is dropped (the waiter is gone).
 """
 
 from __future__ import annotations
 
-import queue
+import collections
+import logging
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 __all__ = ["Call", "DeadlineRunner"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -59,6 +66,18 @@ class Call(Generic[T]):
         return False
 
 
+class _Worker:
+    """One worker thread's hand-off slot: ``call`` is set and ``wake`` released by the
+    runner; the worker sleeps on ``wake`` while idle."""
+
+    __slots__ = ("call", "wake")
+
+    def __init__(self) -> None:
+        self.call: Call[object] | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()
+
+
 class DeadlineRunner:
     """A bounded pool of daemon threads running :class:`Call` objects.
 
@@ -77,11 +96,10 @@ class DeadlineRunner:
             raise ValueError(f"max_workers must be >= 1, got {max_workers!r}")
         self._max = max_workers
         self._name = name
-        self._q: queue.SimpleQueue[Call[object] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self._idle = 0  # workers waiting on the queue with no call promised to them
-        self._backlog = 0  # queued calls no worker is promised to yet
+        self._started = 0  # worker threads started
+        self._idle: list[_Worker] = []  # a stack: the last worker to go idle is reused first
+        self._backlog: collections.deque[Call[object]] = collections.deque()  # no worker free
         self._pending = 0  # submitted and not yet finished (abandoned or not)
         self._abandoned = 0
         self._all_done = threading.Condition(self._lock)
@@ -101,25 +119,31 @@ class DeadlineRunner:
             return self._pending
 
     def submit(self, fn: Callable[[], T], on_late: Callable[[Call[T]], None] | None = None) -> Call[T]:
-        """Queue ``fn``; raises ``RuntimeError`` after :meth:`shutdown`."""
+        """Hand ``fn`` to a worker (the most recently idle one); raises ``RuntimeError``
+        after :meth:`shutdown`."""
         call: Call[T] = Call(fn, on_late)
+        item: Call[object] = call  # type: ignore[assignment]
+        worker: _Worker | None = None
+        spawn = False
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("runner is shut down")
             self._pending += 1
-            spawn = self._idle == 0 and len(self._threads) < self._max
-            if spawn:
-                t = threading.Thread(
-                    target=self._worker, name=f"{self._name}-{len(self._threads)}", daemon=True
-                )
-                self._threads.append(t)
-            elif self._idle > 0:
-                self._idle -= 1
+            if self._idle:
+                worker = self._idle.pop()
+                worker.call = item
+            elif self._started < self._max:
+                self._started += 1
+                spawn = True
             else:
-                self._backlog += 1
-        if spawn:
+                self._backlog.append(item)
+        if worker is not None:
+            worker.wake.release()
+        elif spawn:
+            t = threading.Thread(
+                target=self._worker, args=(item,), name=f"{self._name}-{self._started - 1}", daemon=True
+            )
             t.start()
-        self._q.put(call)  # type: ignore[arg-type]
         return call
 
     def wait(self, call: Call[T], timeout: float) -> bool:
@@ -139,19 +163,33 @@ class DeadlineRunner:
             self._on_abandon_change(n)
         return False
 
-    def _worker(self) -> None:
-        while True:
-            item = self._q.get()
-            if item is None:
-                return
-            self._run(item)
+    def _worker(self, first: Call[object]) -> None:
+        me = _Worker()
+        item: Call[object] | None = first
+        while item is not None:
+            late = self._run(item)
             with self._lock:
-                if self._backlog > 0:
-                    self._backlog -= 1
-                else:
-                    self._idle += 1
+                self._pending -= 1
+                self._all_done.notify_all()
+                nxt = self._backlog.popleft() if self._backlog else None
+                stop = nxt is None and self._shutdown
+                if nxt is None and not stop:
+                    self._idle.append(me)
+            if not late:
+                # the waiter wakes only now, with this worker back on the idle stack: its
+                # next call comes straight back to this (warm) thread
+                item._done.release()
+            if nxt is not None:
+                item = nxt
+                continue
+            if stop:
+                return
+            me.wake.acquire()  # released by submit() (with a call) or shutdown() (None)
+            item, me.call = me.call, None
 
-    def _run(self, call: Call[object]) -> None:
+    def _run(self, call: Call[object]) -> bool:
+        """Run ``call`` (unless abandoned before it started); True when it ended abandoned
+        (its waiter is gone: ``on_late`` has run and ``_done`` is released here)."""
         with call._lock:
             skip = call.abandoned
             call.started = not skip
@@ -163,21 +201,21 @@ class DeadlineRunner:
         with call._lock:
             call.finished = True
             late = call.abandoned
+        if not late:
+            return False
         call._done.release()
-        n = -1
-        if late:
-            try:
-                if call.on_late is not None:
-                    call.on_late(call)
-            finally:
-                with self._lock:
-                    self._abandoned -= 1
-                    n = self._abandoned
-        with self._lock:
-            self._pending -= 1
-            self._all_done.notify_all()
-        if late and self._on_abandon_change is not None:
+        try:
+            if call.on_late is not None:
+                call.on_late(call)
+        except Exception:  # nobody to report to; the worker must live on
+            log.exception("deadline runner: on_late hook failed")
+        finally:
+            with self._lock:
+                self._abandoned -= 1
+                n = self._abandoned
+        if self._on_abandon_change is not None:
             self._on_abandon_change(n)
+        return True
 
     def drain(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for every submitted call to end; True if they did."""
@@ -193,12 +231,13 @@ class DeadlineRunner:
             return True
 
     def shutdown(self) -> None:
-        """Refuse new calls and let idle workers exit. Busy workers finish their call first
-        (they are daemon threads; nobody joins them). Idempotent."""
+        """Refuse new calls and let idle workers exit. Busy workers finish their call (and
+        the backlog) first (they are daemon threads; nobody joins them). Idempotent."""
         with self._lock:
             if self._shutdown:
                 return
             self._shutdown = True
-            n = len(self._threads)
-        for _ in range(n):
-            self._q.put(None)
+            idle, self._idle = self._idle, []
+        for w in idle:
+            w.call = None
+            w.wake.release()

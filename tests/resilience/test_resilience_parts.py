@@ -145,15 +145,25 @@ def test_runner_is_bounded_and_reuses_threads() -> None:
     for _ in range(20):
         c = r.submit(lambda: threading.current_thread().name)
         assert r.wait(c, 5)
-    assert len(r._threads) == 1
+    assert r._started == 1
     gates = [threading.Event() for _ in range(5)]
     calls = [r.submit(g.wait) for g in gates]
     time.sleep(0.05)
-    assert len(r._threads) == 3
+    assert r._started == 3  # bounded: two of the five wait in the backlog
     for g in gates:
         g.set()
     assert all(r.wait(c, 5) for c in calls)
+    assert r.pending == 0 or r.drain(5)
+    # back-to-back calls go to the worker that went idle last: always the same warm thread
+    names = []
+    for _ in range(10):
+        c = r.submit(lambda: threading.current_thread().name)
+        assert r.wait(c, 5)
+        names.append(c.result)
+    assert len(set(names)) == 1, names
     r.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        r.submit(lambda: None)
 
 
 # -- staging pool -------------------------------------------------------------------------
