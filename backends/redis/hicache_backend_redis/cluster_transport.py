@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from operator import itemgetter
 from typing import Any, ClassVar
 
 from redis.crc import key_slot
@@ -40,6 +41,7 @@ from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, v
 __all__ = ["RedisClusterTransport"]
 
 log = logging.getLogger(__name__)
+_nbytes = itemgetter(1)  # of a segment
 Node = tuple[str, int]
 _GLOB = str.maketrans({c: "\\" + c for c in "*?[]\\"})
 
@@ -238,7 +240,7 @@ class RedisClusterTransport(RedisTransport):
         if not keys:
             return []
         names = [self._prefix + k.encode() for k in keys]
-        sizes = [sum(s for _, s in segs) for segs in buffers]
+        sizes = [sum(map(_nbytes, segs)) for segs in buffers]
 
         def part(c: Connection, idx: list[int], asking: bool) -> list[Any]:
             # j: position in this part; MGETs group keys of one slot (Cluster refuses others)
@@ -255,8 +257,8 @@ class RedisClusterTransport(RedisTransport):
                     res[j] = r if r is not None else False
 
             chunks = chunk_keys(list(by_slot.values()), my_sizes, self.config.max_command_bytes)
-            read_one = lambda j: c.read_bulk_into(buffers[idx[j]], cancel)  # noqa: E731
-            stream_mget(c, mine, my_sizes, chunks, read_one, res, asking=asking, refused=refused)
+            my_buffers = [buffers[i] for i in idx]
+            stream_mget(c, mine, my_sizes, my_buffers, chunks, res, cancel, asking=asking, refused=refused)
             return res
 
         return self._execute("read", names, part, False, cancel)

@@ -22,7 +22,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .resp import Connection, ProtocolError, ReplyError, command
+from hicache_sdk.kit.segments import Segments
+
+from . import native_mget
+from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command
 
 __all__ = ["AHEAD", "LOW_WATER", "STREAM_CHUNK", "chunk_keys", "stream_mget"]
 
@@ -60,20 +63,27 @@ def stream_mget(
     c: Connection,
     names: Sequence[bytes],
     sizes: Sequence[int],
+    buffers: Sequence[Segments],
     chunks: Sequence[Sequence[int]],
-    read_one: Callable[[int], bool | None],
     out: list[Any],
+    cancel: CancelGuard | None = None,
     *,
     counted: bool = True,
     asking: bool = False,
     refused: Callable[[Sequence[int], ReplyError], None] | None = None,
 ) -> None:
     """Read the ``chunks`` (lists of indices into ``names``) with streamed ``MGET`` commands
-    on ``c``; ``out[i]`` becomes True for each value ``read_one(i)`` received whole (False
-    for a miss or a size mismatch). A command refused with an error reply (``NOPERM``,
+    on ``c``; ``out[i]`` becomes True for each value received whole into ``buffers[i]``
+    (False for a miss or a size mismatch). Every touch of ``buffers`` runs under
+    ``cancel``'s guard. A command refused with an error reply (``NOPERM``,
     ``MOVED``) leaves its keys False and is passed to ``refused``. ``asking``: each
     ``MGET`` is preceded by ``ASKING`` (a cluster slot being imported). ``counted``: the
-    first flush is a round trip of this connection (refills never are)."""
+    first flush is a round trip of this connection (refills never are). On a plain socket
+    with the compiled reader built, the replies are read by it (:mod:`.native_mget`)."""
+    if not asking and native_mget.usable(c, cancel):
+        policy = (AHEAD, LOW_WATER, MIN_IN_FLIGHT)
+        native_mget.stream(c, names, buffers, chunks, out, cancel, policy, counted=counted, refused=refused)
+        return
     weights = [sum(sizes[i] for i in ch) for ch in chunks]
     sent = ahead = 0
     for n, ch in enumerate(chunks):
@@ -103,4 +113,4 @@ def stream_mget(
             c.broken = True
             raise ProtocolError("redis: MGET reply of the wrong shape")
         for i in ch:
-            out[i] = read_one(i) is True
+            out[i] = c.read_bulk_into(buffers[i], cancel) is True

@@ -33,9 +33,12 @@ from __future__ import annotations
 import logging
 import ssl
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
+from itertools import accumulate, pairwise
+from operator import itemgetter
 from typing import Any, ClassVar, TypeVar
 
 from hicache_sdk import Capabilities, ConfigError, Segments, Transport, TransportError
@@ -53,6 +56,7 @@ T = TypeVar("T")
 _GLOB = str.maketrans({c: "\\" + c for c in "*?[]\\"})
 #: A batch is split into parts of at least this many bytes.
 _PART_MIN = 2 << 20
+_nbytes = itemgetter(1)  # of a segment
 #: Values this large take Redis's big-argument path (``PROTO_MBULK_BIG_ARG``): writes of
 #: them go ``write_window`` at a time.
 _BIG_VALUE = 32 << 10
@@ -75,6 +79,16 @@ def run_together(executor: ThreadPoolExecutor | None, calls: Sequence[Callable[[
             err = err or e
     if err is not None:
         raise err
+
+
+def split_parts(sizes: Sequence[int], k: int) -> list[list[int]]:
+    """The indices of ``sizes`` cut into at most ``k`` contiguous, non-empty parts of about
+    equal bytes: index ``i`` goes to part ``acc * k // total`` (``acc``: the bytes before it;
+    the last part at most). Found by bisection over the running sums, not a loop per index."""
+    before = list(accumulate(sizes, initial=0))
+    total = max(before.pop(), 1)
+    starts = [0, *(bisect_left(before, -(-j * total // k)) for j in range(1, k)), len(sizes)]
+    return [list(range(a, b)) for a, b in pairwise(starts) if b > a]
 
 
 class RedisTransport(Transport):
@@ -188,13 +202,7 @@ class RedisTransport(Transport):
             with c.watch(cancel):
                 part(c, idx, first)
 
-        k = len(conns)
-        groups: list[list[int]] = [[] for _ in range(k)]
-        total, acc = sum(sizes), 0
-        for i, n in enumerate(sizes):
-            groups[min(k - 1, acc * k // max(total, 1))].append(i)
-            acc += n
-        groups = [g for g in groups if g]
+        groups = split_parts(sizes, len(conns))
         executor = None
         if len(groups) > 1:
             with self._executor_lock:
@@ -235,14 +243,12 @@ class RedisTransport(Transport):
         if not keys:
             return []
         names = [self._prefix + k.encode() for k in keys]
-        sizes = [sum(s for _, s in segs) for segs in buffers]
+        sizes = [sum(map(_nbytes, segs)) for segs in buffers]
         out = [False] * len(keys)
 
         def part(c: Connection, idx: list[int], first: bool) -> None:
             chunks = chunk_keys([idx], sizes, self.config.max_command_bytes)
-            stream_mget(
-                c, names, sizes, chunks, lambda i: c.read_bulk_into(buffers[i], cancel), out, counted=first
-            )
+            stream_mget(c, names, sizes, buffers, chunks, out, cancel, counted=first)
 
         def run(cs: list[Connection]) -> list[bool]:
             self._concurrently(cs, sizes, part, cancel)
@@ -256,7 +262,7 @@ class RedisTransport(Transport):
         if not keys:
             return []
         p = self._prefix
-        sizes = [sum(s for _, s in segs) for segs in buffers]
+        sizes = [sum(map(_nbytes, segs)) for segs in buffers]
         out = [False] * len(keys)
         # Big values go write_window at a time per connection (see RedisConfig.write_window).
         window = self.config.write_window if max(sizes) >= _BIG_VALUE else 0

@@ -1,5 +1,5 @@
 """RedisTransport against a real redis-server: values, round trips, bounded commands,
-create-if-absent, size mismatches, clear, scatter/gather."""
+create-if-absent, size mismatches, clear, scatter/gather; how a batch is split into parts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 from _redis_servers import RedisServer
 from hicache_backend_redis import RedisTransport
+from hicache_backend_redis.redis_transport import split_parts
 from hicache_backend_redis.resp import Connection, command
+from hypothesis import given
+from hypothesis import strategies as st
 
 Make = Callable[..., RedisTransport]
 
@@ -178,3 +181,13 @@ def test_empty_batches_and_health(make_transport: Make) -> None:
     t = make_transport()
     assert t.exists([]) == [] and t.read([], []) == [] and t.write([], []) == []
     assert t.health() is True
+
+
+@given(st.lists(st.integers(0, 1 << 24), max_size=60), st.integers(1, 9))
+def test_batches_split_into_contiguous_parts_of_about_equal_bytes(sizes: list[int], k: int) -> None:
+    # the rule: index i goes to part acc * k // total (acc: the bytes before it), the last at most
+    total = max(sum(sizes), 1)
+    rule: list[list[int]] = [[] for _ in range(k)]
+    for i in range(len(sizes)):
+        rule[min(k - 1, sum(sizes[:i]) * k // total)].append(i)
+    assert split_parts(sizes, k) == [p for p in rule if p]
