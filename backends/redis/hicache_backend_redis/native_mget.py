@@ -38,8 +38,8 @@ except ImportError:  # pragma: no cover - depends on the build
 
 __all__ = ["NATIVE", "stream", "usable"]
 
-#: Whether the compiled reader is built (and not turned off by ``HICACHE_REDIS_NATIVE=0``).
-NATIVE = _bulkread is not None and os.environ.get("HICACHE_REDIS_NATIVE", "1") != "0"
+#: Whether the compiled reader is used (built; set it to False to use the Python reader).
+NATIVE = _bulkread is not None
 
 
 def usable(c: Connection, cancel: CancelGuard | None) -> bool:
