@@ -12,6 +12,8 @@ Helpers:
   :mod:`hicache_sdk._native` module the whole list is one call that releases the GIL while it
   copies (adjacent runs merged into one ``memmove``); without it, a ``ctypes.memmove`` loop
   (``ctypes`` also releases the GIL per call). :data:`NATIVE` says which one is in use.
+  Large native copies are split over threads (:func:`copy_threads`) and written with
+  streaming stores (:func:`copy_stream`).
 """
 
 from __future__ import annotations
@@ -102,6 +104,17 @@ def copy_threads(n: int = -1) -> int:
     if _native is None:
         return 1
     return _native.copy_threads(n)
+
+
+def copy_stream(flag: int = -1) -> int:
+    """Whether a native copy of 4 MiB or more writes with non-temporal (streaming) stores,
+    bypassing the cache (x86-64; elsewhere the flag has no effect): ``1`` on (the default),
+    ``0`` off. Returns the setting before the call; ``-1`` only reads it. The environment
+    variable ``HICACHE_COPY_STREAM=0`` turns it off at import. Without the native module
+    this returns 0."""
+    if _native is None:
+        return 0
+    return _native.copy_stream(flag)
 
 
 def gather(segments: Segments, dst: int) -> int:

@@ -131,6 +131,8 @@ def _cancellable(
 
 
 def chunk_bounds(sizes: list[int], chunk_bytes: int) -> list[tuple[int, int]]:
+    if sum(sizes) <= chunk_bytes:  # the usual batch: one chunk
+        return [(0, len(sizes))]
     chunks: list[tuple[int, int]] = []
     start, acc = 0, 0
     for i, s in enumerate(sizes):
@@ -142,12 +144,41 @@ def chunk_bounds(sizes: list[int], chunk_bytes: int) -> list[tuple[int, int]]:
     return chunks
 
 
-def _aligned(n: int) -> int:
-    """Each staged object starts 4 KiB-aligned (64 B for small ones): a copy whose source and
-    destination differ in alignment runs far slower on some CPUs (``rep movsb``), and an
-    ``O_DIRECT`` read needs aligned memory."""
-    step = 4096 if n >= 4096 else 64
-    return -(-n // step) * step
+def _slots(sizes: list[int]) -> tuple[list[int], int]:
+    """Each object's offset in one staging buffer, and the bytes the slots need. Each slot
+    starts 4 KiB-aligned (64 B for objects under 4 KiB) and is rounded up to that step: a
+    copy whose source and destination differ in alignment runs far slower on some CPUs
+    (``rep movsb``), and an ``O_DIRECT`` read needs aligned memory."""
+    if sizes and sizes.count(sizes[0]) == len(sizes):  # one size (pages of one pool)
+        n = sizes[0]
+        step = (n + 4095) & -4096 if n >= 4096 else (n + 63) & -64
+        return [i * step for i in range(len(sizes))], step * len(sizes)
+    offs: list[int] = []
+    pos = 0
+    for n in sizes:
+        if n >= 4096:
+            pos = (pos + 4095) & -4096
+            offs.append(pos)
+            pos += (n + 4095) & -4096
+        else:
+            offs.append(pos)  # always 64 B-aligned: every slot is a multiple of 64
+            pos += (n + 63) & -64
+    return offs, pos
+
+
+def _runs(op: str, starts: list[int], buffers: Sequence[Segments]) -> list[tuple[int, int, int]]:
+    """The ``(dst, src, n)`` copies between the objects' staging slots and their segments
+    (caller -> staging for a write, staging -> caller for a read), per segment in order."""
+    if set(map(len, buffers)) == {1}:  # one segment per object: the common case
+        if op == "write":
+            return [(s, segs[0][0], segs[0][1]) for s, segs in zip(starts, buffers)]
+        return [(segs[0][0], s, segs[0][1]) for s, segs in zip(starts, buffers)]
+    runs: list[tuple[int, int, int]] = []
+    for off, segs in zip(starts, buffers):
+        for addr, n in segs:
+            runs.append((off, addr, n) if op == "write" else (addr, off, n))
+            off += n
+    return runs
 
 
 def _staged(
@@ -167,26 +198,20 @@ def _staged(
             rt._metrics.count(f"deadline_{op}")
             rt._metrics.error("deadline")
             return False
-        slots = [_aligned(n) for n in sizes[a:b]]
-        buf = rt._staging.acquire(sum(slots))
+        part = sizes[a:b]
+        offs, need = _slots(part)
+        buf = rt._staging.acquire(need)
         if buf is None:
             rt._metrics.count("staging_exhausted")
             rt._metrics.error("staging_exhausted")
             return False
-        staged: list[list[tuple[int, int]]] = []
-        runs: list[tuple[int, int, int]] = []
         base = buf.address
-        for i, slot in zip(range(a, b), slots):
-            staged.append([(base, sizes[i])])
-            off = base
-            for addr, n in buffers[i]:
-                runs.append((off, addr, n) if op == "write" else (addr, off, n))
-                off += n
-            base += slot
-        if op == "write":
-            copy_runs(runs)
-            rt._metrics.count("staging_copies_out", b - a)
+        starts = [base + o for o in offs]
+        staged = [[seg] for seg in zip(starts, part)]
         try:
+            if op == "write":
+                copy_runs(_runs(op, starts, buffers[a:b]))
+                rt._metrics.count("staging_copies_out", b - a)
             status, res = rt._run(op, bind(fn, keys[a:b], staged), left, _releaser(rt, buf))
         except BaseException:
             rt._staging.release(buf)
@@ -197,11 +222,12 @@ def _staged(
             got = _take(rt, status, res, b - a)
             if got is None:
                 return False
-            if op == "read":
+            if op == "read" and any(got):
+                runs = _runs(op, starts, buffers[a:b])
                 if all(got):
                     copy_runs(runs)
                     rt._metrics.count("staging_copies_in", b - a)
-                elif any(got):
+                else:
                     _copy_good(rt, runs, buffers, a, b, got)
             out[a:b] = got
         finally:

@@ -147,6 +147,65 @@ def test_native_copy_split_over_threads_moves_every_byte_once(threads: int) -> N
     assert got == bytes(expect)
 
 
+@pytest.mark.parametrize(("stream", "threads"), [(0, 1), (1, 1), (1, 2), (1, 3)])
+def test_streaming_copies_land_exactly(stream: int, threads: int) -> None:
+    """Copies of 4 MiB or more use streaming stores (when on): runs at every misalignment
+    of source and destination, sizes around the 16 B / 64 B / 4 KiB steps, and one run
+    that overlaps itself (a plain memmove) all land exactly; nothing around them is written."""
+    if not seg.NATIVE:
+        pytest.skip("hicache_sdk._native was not compiled")
+    import random
+
+    rng = random.Random(stream * 10 + threads)
+    n = 12 << 20
+    src = bytes(rng.getrandbits(8) for _ in range(8191)) * (n // 8191 + 1)
+    sbuf, dbuf = (
+        ctypes.create_string_buffer(src[:n], n),
+        ctypes.create_string_buffer(b"\x5a" * (n + 8192), n + 8192),
+    )
+    s0, d0 = ctypes.addressof(sbuf), ctypes.addressof(dbuf)
+    runs, off, gap = [], 0, 0
+    sizes = [4095, 4096, 4097, 65_536 + 15, 100_003, 1 << 20, (1 << 20) + 17, 5, 63, 64]
+    while off < n - (2 << 20):
+        size = rng.choice(sizes)
+        gap += rng.randrange(0, 16)  # destination misaligned by 0..15 bytes more each time
+        runs.append((d0 + off + gap, s0 + off + rng.randrange(0, 2), size))
+        off += size + 1
+    assert gap < 8192 and sum(r[2] for r in runs) >= 4 << 20
+    t_before, s_before = seg.copy_threads(threads), seg.copy_stream(stream)
+    try:
+        assert seg.copy_runs(runs) == sum(r[2] for r in runs)
+    finally:
+        seg.copy_threads(t_before)
+        seg.copy_stream(s_before)
+    expect = bytearray(b"\x5a" * (n + 8192))
+    for d, s_, size in runs:
+        expect[d - d0 : d - d0 + size] = src[s_ - s0 : s_ - s0 + size]
+    assert dbuf.raw == bytes(expect)
+    # a run overlapping itself inside one buffer: memmove semantics, streaming on or off
+    m = 6 << 20
+    ov = ctypes.create_string_buffer(src[:m], m)
+    o0 = ctypes.addressof(ov)
+    t_before, s_before = seg.copy_threads(threads), seg.copy_stream(stream)
+    try:
+        seg.copy_runs([(o0 + 4096 + 8, o0, m - 8192)])
+    finally:
+        seg.copy_threads(t_before)
+        seg.copy_stream(s_before)
+    assert ov.raw[4096 + 8 : m - 4096 + 8] == src[: m - 8192]
+
+
+def test_copy_stream_setting_reads_and_restores() -> None:
+    if not seg.NATIVE:
+        assert seg.copy_stream() == 0
+        return
+    assert seg.copy_stream() == 1  # on by default (HICACHE_COPY_STREAM unset)
+    before = seg.copy_stream(0)
+    assert seg.copy_stream() == 0
+    seg.copy_stream(before)
+    assert seg.copy_stream() == before
+
+
 def test_copy_threads_setting_reads_and_restores() -> None:
     if not seg.NATIVE:
         assert seg.copy_threads() == 1

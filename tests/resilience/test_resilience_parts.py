@@ -18,7 +18,7 @@ from hicache_sdk.resilience.breaker import CircuitBreaker
 from hicache_sdk.resilience.deadline import DeadlineRunner
 from hicache_sdk.resilience.inject import is_inside_sglang
 from hicache_sdk.resilience.staging import MIN_BUFFER, StagingPool
-from hicache_sdk.resilience.transfers import chunk_bounds
+from hicache_sdk.resilience.transfers import _slots, chunk_bounds
 from hicache_sdk.transport import TransportError
 
 # -- breaker ----------------------------------------------------------------------------
@@ -253,6 +253,26 @@ def test_chunks_partition_and_respect_limit(sizes: list[int], limit: int) -> Non
     assert all(x[1] == y[0] for x, y in itertools.pairwise(chunks))
     for a, b in chunks:
         assert b - a == 1 or sum(sizes[a:b]) <= limit
+
+
+@given(
+    st.one_of(
+        st.lists(st.integers(0, 70_000), min_size=1, max_size=30),
+        st.tuples(st.integers(0, 70_000), st.integers(1, 30)).map(lambda t: [t[0]] * t[1]),
+    )
+)
+def test_staging_slots_are_aligned_disjoint_and_packed(sizes: list[int]) -> None:
+    """Each object's staging slot starts 4 KiB-aligned (64 B below 4 KiB), slots follow one
+    another without overlap or gap beyond that alignment, also on the one-size fast path
+    and for empty objects."""
+    offs, need = _slots(sizes)
+    assert len(offs) == len(sizes) and offs[0] == 0
+    pos = 0
+    for off, n in zip(offs, sizes):
+        step = 4096 if n >= 4096 else 64
+        assert off == -(-pos // step) * step  # the next aligned place, no wider gap
+        pos = off + -(-n // step) * step
+    assert need == pos
 
 
 # -- failure injection --------------------------------------------------------------------

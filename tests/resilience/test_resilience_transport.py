@@ -60,6 +60,32 @@ def test_roundtrip_with_deadline_goes_through_staging() -> None:
     w.close()
 
 
+@pytest.mark.parametrize("sizes", [[5000] * 6, [1, 63, 64, 4095, 4096, 9000], [70_000, 3, 70_000]])
+def test_staged_roundtrip_odd_sizes_one_slot_per_object(sizes: list[int]) -> None:
+    """One size or mixed sizes, one or several segments per object: the transport sees each
+    object as one aligned slot of exactly its size in staging, and the bytes come back
+    exactly; a missing object leaves its destination untouched."""
+    t = MisbehavingTransport()
+    w, m = make(t)
+    keys = [f"k{i}" for i in range(len(sizes))]
+    src = [Buf(n, fill=i + 7) for i, n in enumerate(sizes)]
+    wrote = w.write(keys, [b.segs(1 + i % 3 if b.n >= 3 else 1) for i, b in enumerate(src)])
+    assert wrote == [True] * len(sizes)
+    assert [t.store[k] for k in keys] == [bytes([i + 7]) * n for i, n in enumerate(sizes)]
+    dst = [Buf(n, fill=0xEE) for n in sizes]
+    ask = [*keys[:-1], "absent"]
+    got = w.read(ask, [d.segs(1 + i % 2 if d.n >= 2 else 1) for i, d in enumerate(dst)])
+    assert got == [True] * (len(sizes) - 1) + [False]
+    for i, (d, n) in enumerate(zip(dst, sizes)):
+        assert d.bytes() == (bytes([i + 7]) * n if i < len(sizes) - 1 else b"\xee" * n)
+    for call in t.seen_buffers:
+        for segs, n in zip(call, sizes):
+            assert len(segs) == 1 and segs[0][1] == n
+            assert segs[0][0] % (4096 if n >= 4096 else 64) == 0
+    assert m.counter("staging_copies_in") == len(sizes) - 1 and w.staging.in_use == 0
+    w.close()
+
+
 def test_zero_deadline_runs_inline_zero_copy() -> None:
     t = MisbehavingTransport()
     w, m = make(t, Cfg(exists_timeout_s=0, transfer_timeout_s=0))

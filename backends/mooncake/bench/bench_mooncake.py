@@ -11,7 +11,7 @@ batch (what staging adds, unless it overlaps the transfer). For ``exists`` it al
 layers between raw and ours on the same object names: our transport alone, and the
 resilience layer over it (deadline runner thread hop), so the rest is the paged adapter.
 
-    .venv/bin/python backends/mooncake/bench/bench_mooncake.py [--in-process] [--json FILE]
+    .venv/bin/python backends/mooncake/bench/bench_mooncake.py [--in-process] [--cases 256k] [--json FILE]
 
 ``--sglang`` adds SGLang 0.5.23's own ``MooncakeStore`` (no deadline of its own) on the same
 pool and names; it needs the real SGLang, i.e. the ``tox -e sglang`` environment::
@@ -174,6 +174,7 @@ def main() -> None:
     ap.add_argument("--exists-factor", type=int, default=10, help="exists repetitions = repeats * this")
     ap.add_argument("--pages-256k", type=int, default=128)
     ap.add_argument("--pages-8m", type=int, default=8)
+    ap.add_argument("--cases", default="256k,8m", help="which page sizes to run: 256k, 8m or both (comma)")
     ap.add_argument("--sglang", action="store_true", help="add SGLang's MooncakeStore (tox -e sglang env)")
     ap.add_argument("--json", default=None, help="append hicache-bench/1 documents to this file")
     args = ap.parse_args()
@@ -182,8 +183,13 @@ def main() -> None:
         c.start_master()
         if not args.in_process:
             c.start_holder()
-        run(args, c, 256, args.pages_256k)
-        run(args, c, 8192, args.pages_8m)
+        cases = {x.strip() for x in args.cases.split(",")}
+        if not cases <= {"256k", "8m"}:
+            ap.error(f"--cases: expected 256k and/or 8m, got {args.cases!r}")
+        if "256k" in cases:
+            run(args, c, 256, args.pages_256k)
+        if "8m" in cases:
+            run(args, c, 8192, args.pages_8m)
     finally:
         c.stop()
 

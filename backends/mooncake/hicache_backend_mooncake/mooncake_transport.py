@@ -271,30 +271,30 @@ class MooncakeTransport(Transport):
         (Mooncake fills only one destination per key in a batch)."""
         if not keys:
             return []
-        first: dict[str, int] = {}
-        for i, k in enumerate(keys):
-            first.setdefault(k, i)
-        if len(first) < len(keys):
-            idx = list(first.values())
-            got = self.read([keys[i] for i in idx], [buffers[i] for i in idx])
-            ok = dict(zip(idx, got))
+        dup = first_occurrences(keys)
+        if dup is not None:
+            keep, owner = dup
+            got = self.read([keys[i] for i in keep], [buffers[i] for i in keep])
             out = []
-            for i, k in enumerate(keys):
-                j = first[k]
-                ok_i = _copy_segments(buffers[j], buffers[i]) if i != j and ok[j] else ok[j]
-                out.append(ok_i)
+            for i, j in enumerate(owner):
+                src = keep[j]
+                out.append(_copy_segments(buffers[src], buffers[i]) if i != src and got[j] else got[j])
             return out
-        want = [sum(n for _, n in segs) for segs in buffers]
+        keys = keys if isinstance(keys, list) else list(keys)
+        single = set(map(len, buffers)) == {1}
+        want = [s[0][1] for s in buffers] if single else [sum(n for _, n in s) for s in buffers]
         store = self._enter()
         try:
-            if all(len(segs) == 1 for segs in buffers):
-                codes = store.batch_get_into(list(keys), [s[0][0] for s in buffers], want)
+            if single:
+                codes = store.batch_get_into(keys, [segs[0][0] for segs in buffers], want)
             else:
                 codes = store.batch_get_into_multi_buffers(
-                    list(keys), [[a for a, _ in s] for s in buffers], [[n for _, n in s] for s in buffers]
+                    keys, [[a for a, _ in s] for s in buffers], [[n for _, n in s] for s in buffers]
                 )
         finally:
             self._leave()
+        if codes == want:  # every object read whole: the common case, at C speed
+            return [True] * len(keys)
         if len(codes) != len(keys):
             raise TransportError("mooncake batch_get_into: wrong result length", reason="io")
         self._mark_suspects([k for k, c in zip(keys, codes) if c == TRANSFER_FAIL])
@@ -315,18 +315,19 @@ class MooncakeTransport(Transport):
             keep, owner = dup
             got = self.write([keys[i] for i in keep], [buffers[i] for i in keep])
             return [got[j] for j in owner]
+        keys = keys if isinstance(keys, list) else list(keys)
         store = self._enter()
         try:
-            if all(len(segs) == 1 for segs in buffers):
-                codes = store.batch_put_from(
-                    list(keys), [s[0][0] for s in buffers], [s[0][1] for s in buffers]
-                )
+            if set(map(len, buffers)) == {1}:
+                codes = store.batch_put_from(keys, [s[0][0] for s in buffers], [s[0][1] for s in buffers])
             else:
                 codes = store.batch_put_from_multi_buffers(
-                    list(keys), [[a for a, _ in s] for s in buffers], [[n for _, n in s] for s in buffers]
+                    keys, [[a for a, _ in s] for s in buffers], [[n for _, n in s] for s in buffers]
                 )
         finally:
             self._leave()
+        if len(codes) == len(keys) and not any(codes):  # every object written: the common case
+            return [True] * len(keys)
         if len(codes) != len(keys):
             raise TransportError("mooncake batch_put_from: wrong result length", reason="io")
         self._whole_batch_failed("write", codes)
