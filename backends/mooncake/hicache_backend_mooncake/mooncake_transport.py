@@ -51,6 +51,8 @@ OBJECT_ALREADY_EXISTS = -705
 TRANSFER_FAIL = -800
 RPC_FAIL = -900
 _FATAL = (TRANSFER_FAIL, RPC_FAIL)
+#: ``batch_is_exist`` code -> ``exists`` answer (1: present, size unknown; anything else absent)
+_PRESENT: dict[int, int | None] = {1: SIZE_UNKNOWN}
 
 
 def _copy_segments(src: Segments, dst: Segments) -> bool:
@@ -263,7 +265,9 @@ class MooncakeTransport(Transport):
             raise TransportError("mooncake batch_is_exist failed", reason="connection")
         if self._suspects:
             return [SIZE_UNKNOWN if c == 1 and not self._suspect(k) else None for k, c in zip(keys, codes)]
-        return [SIZE_UNKNOWN if c == 1 else None for c in codes]
+        if min(codes) == 1:  # all present (the usual prefix hit): one C-speed scan
+            return [SIZE_UNKNOWN] * len(codes)
+        return list(map(_PRESENT.get, codes))
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """True only when the stored object's byte count equals the buffers' total.
