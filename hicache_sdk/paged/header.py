@@ -35,6 +35,7 @@ checksum is verified whenever the flag says it is present, whatever the reader's
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import struct
 import zlib
@@ -128,10 +129,19 @@ def plain_records(
     digests = np.frombuffer(joined, dtype=np.uint8).reshape(n, 32) if n else None
     for c, plen in enumerate(payloads):
         rows = out[c * n : (c + 1) * n]
-        rows[:] = np.frombuffer(PageHeader(identity, bytes(32), plen).encode(), dtype=np.uint8)
+        rows[:] = _template(identity, plen)
         if digests is not None:
             rows[:, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32] = digests
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _template(identity: bytes, payload_len: int) -> npt.NDArray[np.uint8]:
+    """The checksum-free record of a page of this identity and payload length, with a zero
+    page digest (read-only: a batch's records are copies of it)."""
+    row = np.frombuffer(PageHeader(identity, bytes(32), payload_len).encode(), dtype=np.uint8)
+    row.flags.writeable = False
+    return row
 
 
 @dataclass(frozen=True)
