@@ -14,9 +14,8 @@ Edge cases:
   of "caller uses the result" and "``on_late`` runs" happens, never both, never neither);
 * workers are daemon threads: a hung transport call never blocks interpreter exit;
 * a call goes to the worker that went idle *last* (a stack, not a queue): back-to-back
-  calls run on the same warm thread. Native clients keep per-thread state (Mooncake's
-  ``batch_is_exist`` took 0.81 of its own time from a rotating pool of eight threads
-  against 0.91 from one), and a thread that just ran is in the CPU's caches;
+  calls run on the same warm thread. Native clients may keep per-thread state, and a
+  thread that just ran is in the CPU's caches (``docs/resilience.md``, Workers);
 * exceptions raised by the function are captured and returned to the waiter
   (:attr:`Call.error`); an exception in a late call is dropped (the waiter is gone).
 """
