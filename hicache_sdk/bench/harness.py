@@ -12,9 +12,15 @@ neighbours) hits every variant alike::
     res.print_table()
     write_result(res, "bench.json")
 
-Order: repetition ``r`` runs the variants rotated left by ``r`` (rep 0: ours, raw, limit;
-rep 1: raw, limit, ours; ...); warm-up repetitions use the same rotation and are not
-recorded. ``setup`` (e.g. drop the page cache) runs before *every* timed or warm-up call
+Order (``run(order=...)``): ``"balanced"`` (the default) takes each round's order from a
+balanced Latin square (Williams design): every variant runs once per round, in every position
+equally often, and *after every other variant* equally often (each ordered pair adjacent once per
+``n`` rounds, ``2n`` for an odd count). A call's time depends on what ran just before it (warm
+caches and threads of a native client: an identical raw call measured 14-22 % faster right after
+a raw-like call than after ours in one Mooncake run), so a fixed predecessor biases the ratios;
+``"rotate"`` (repetition ``r`` rotated left by ``r``: rep 0 ours, raw, limit; rep 1 raw, limit,
+ours; ...) keeps each variant's predecessor fixed and is kept for comparison with older figures.
+Warm-up rounds take the first orders of the same sequence and are not recorded. ``setup`` (e.g. drop the page cache) runs before *every* timed or warm-up call
 and is not timed.
 
 Latency percentiles (``p50_s``, ``p90_s``, ``p99_s`` per label) are over the timed samples,
@@ -38,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["PERCENTILES", "SCHEMA", "BenchResult", "Harness", "percentile", "write_result"]
+__all__ = ["PERCENTILES", "SCHEMA", "BenchResult", "Harness", "percentile", "round_orders", "write_result"]
 
 #: The schema tag of :meth:`BenchResult.to_json`.
 SCHEMA = "hicache-bench/1"
@@ -189,24 +195,32 @@ class Harness:
         return self
 
     def run(
-        self, repeats: int = 7, warmup: int = 1, setup: Callable[[], object] | None = None
+        self,
+        repeats: int = 7,
+        warmup: int = 1,
+        setup: Callable[[], object] | None = None,
+        *,
+        order: str = "balanced",
     ) -> BenchResult:
-        """Run ``warmup`` untimed then ``repeats`` timed interleaved rounds."""
+        """Run ``warmup`` untimed then ``repeats`` timed interleaved rounds (``order``:
+        ``"balanced"`` or ``"rotate"``, see the module docs)."""
         if repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {repeats!r}")
         if warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {warmup!r}")
+        if order not in ("balanced", "rotate"):
+            raise ValueError(f"order must be 'balanced' or 'rotate', got {order!r}")
         if not self._variants:
             raise ValueError("no variants: call add() first")
         n = len(self._variants)
+        rows = round_orders(n, balanced=order == "balanced")
         samples: dict[str, list[float]] = {v.label: [] for v in self._variants}
-        order: list[tuple[str, ...]] = []
+        done: list[tuple[str, ...]] = []
         for rnd in range(warmup + repeats):
-            shift = rnd % n
-            rotated = self._variants[shift:] + self._variants[:shift]
+            rotated = [self._variants[i] for i in rows[rnd % len(rows)]]
             timed = rnd >= warmup
             if timed:
-                order.append(tuple(v.label for v in rotated))
+                done.append(tuple(v.label for v in rotated))
             for v in rotated:
                 if setup is not None:
                     setup()
@@ -221,8 +235,29 @@ class Harness:
             repeats=repeats,
             samples={k: tuple(v) for k, v in samples.items()},
             nbytes={v.label: v.nbytes for v in self._variants},
-            order=tuple(order),
+            order=tuple(done),
         )
+
+
+def round_orders(n: int, *, balanced: bool = True) -> list[list[int]]:
+    """The cycle of per-round variant orders (indices) for ``n`` variants: the rows of a
+    balanced Latin square (``n`` rows; ``2n`` with the mirrored rows for an odd ``n``), or
+    the ``n`` left rotations."""
+    if not balanced:
+        return [list(range(r, n)) + list(range(r)) for r in range(n)]
+    first = [0]
+    lo, hi = 1, n - 1
+    while len(first) < n:  # 0, 1, n-1, 2, n-2, ...
+        if len(first) % 2:
+            first.append(lo)
+            lo += 1
+        else:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + r) % n for x in first] for r in range(n)]
+    if n % 2:
+        rows += [row[::-1] for row in rows]
+    return rows
 
 
 def write_result(res: BenchResult, path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hicache_sdk.bench import SCHEMA, BenchResult, Harness, write_result
-from hicache_sdk.bench.harness import percentile
+from hicache_sdk.bench.harness import percentile, round_orders
 
 
 class StepTimer:
@@ -42,7 +43,7 @@ def test_interleaved_rotated_order_and_warmup() -> None:
     log: list[str] = []
     h = make({"ours": [9, 1, 2, 3], "raw": [9, 2, 2, 2], "limit": [9, 1, 1, 1]}, log)
     setups: list[int] = []
-    res = h.run(repeats=3, warmup=1, setup=lambda: setups.append(len(log)))
+    res = h.run(repeats=3, warmup=1, setup=lambda: setups.append(len(log)), order="rotate")
     assert log == [
         "ours", "raw", "limit",  # warm-up (not recorded)
         "raw", "limit", "ours",
@@ -158,9 +159,38 @@ def test_each_label_runs_once_per_round_in_rotation(n: int, repeats: int, warmup
     h = Harness("p")
     for lab in labels:
         h.add(lab, lambda lab=lab: log.append(lab))  # type: ignore[misc]
-    res = h.run(repeats=repeats, warmup=warmup)
+    res = h.run(repeats=repeats, warmup=warmup, order="rotate")
     assert len(log) == n * (repeats + warmup)
     for r in range(repeats + warmup):
         rnd = log[r * n : (r + 1) * n]
         assert rnd == labels[r % n :] + labels[: r % n]
     assert all(len(v) == repeats for v in res.samples.values())
+
+
+@given(n=st.integers(1, 9))
+def test_balanced_order_puts_every_variant_after_every_other_equally(n: int) -> None:
+    rows = round_orders(n)
+    assert len(rows) == (2 * n if n % 2 else n)
+    for row in rows:
+        assert sorted(row) == list(range(n))  # once per round
+    for pos in range(n):  # every position equally often
+        assert sorted(row[pos] for row in rows) == sorted(list(range(n)) * (len(rows) // n))
+    pairs: dict[tuple[int, int], int] = {}
+    for row in rows:
+        for a, b in itertools.pairwise(row):
+            pairs[(a, b)] = pairs.get((a, b), 0) + 1
+    if n > 1:  # every ordered pair adjacent, equally often
+        assert set(pairs) == {(a, b) for a in range(n) for b in range(n) if a != b}
+        assert set(pairs.values()) == {len(rows) // n}
+
+
+def test_run_uses_the_balanced_order_by_default() -> None:
+    log: list[str] = []
+    h = Harness("p")
+    for lab in "abcd":
+        h.add(lab, lambda lab=lab: log.append(lab))  # type: ignore[misc]
+    res = h.run(repeats=4, warmup=0)
+    assert res.order == tuple(tuple("abcd"[i] for i in row) for row in round_orders(4))
+    assert res.order[0] == ("a", "b", "d", "c")
+    with pytest.raises(ValueError, match="order"):
+        h.run(order="random")

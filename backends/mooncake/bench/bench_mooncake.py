@@ -4,7 +4,7 @@ same object keys (``sglang-mooncake``: K and V per page), measured in one run.
 
 Starts its own master and holder process on free loopback ports (``--in-process``: no
 holder, the client holds the segment). Variants run interleaved (``hicache_sdk.bench``
-Harness: rotated order per repetition, medians), so load on the shared machine hits them
+Harness: a balanced order per repetition, medians), so load on the shared machine hits them
 alike. Prints median ms and ratios raw/ours (1.0 = as fast as raw), staged (deadlines on,
 the default) and direct (``transfer_timeout_s: 0``), and the time of one memcpy of the
 batch (what staging adds, unless it overlaps the transfer). For ``exists`` it also times the
