@@ -7,6 +7,8 @@
  *   compression function is used where the SHA extensions are missing (checked once, cpuid).
  * rows(starts, page_size, runs, trailer_at, trailer_size) -> list[list[tuple[int, int]]]: the segments of
  *   each page of a linear pool (see the function), built without a Python loop.
+ * records(hashes, templates, digest_at) -> bytearray: every page's integrity record, built
+ *   from a per-column template with the page digest written in (SHA-256 as above).
  * names(hashes, prefix, suffix, fanout) -> list[str] | None: object names of a batch.
  * all_hex64(items) -> bool: every item is a str of exactly 64 lowercase hex characters.
  * page_starts(address, count, itemsize, page_size, pool_size) -> list[int] | None: the start
@@ -189,6 +191,62 @@ fail:
     Py_DECREF(seq);
     Py_DECREF(out);
     return NULL;
+}
+
+/* records(hashes, templates, digest_at) -> bytearray: for each template (one per column, all
+ * of one length L) and each hash, the template with the hash's SHA-256 at digest_at; column
+ * by column (row c * n + i is column c of hash i), n * len(templates) rows of L bytes. */
+static PyObject *records(PyObject *self, PyObject *args) {
+    PyObject *hashes_in, *templates_in;
+    Py_ssize_t digest_at;
+    if (!PyArg_ParseTuple(args, "OOn:records", &hashes_in, &templates_in, &digest_at))
+        return NULL;
+    PyObject *hashes = PySequence_Fast(hashes_in, "records(): hashes must be a sequence");
+    if (hashes == NULL)
+        return NULL;
+    PyObject *templates = PySequence_Fast(templates_in, "records(): templates must be a sequence");
+    if (templates == NULL) {
+        Py_DECREF(hashes);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(hashes), m = PySequence_Fast_GET_SIZE(templates), len = -1;
+    for (Py_ssize_t c = 0; c < m; c++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(templates, c);
+        if (!PyBytes_Check(t) || (len >= 0 && PyBytes_GET_SIZE(t) != len)) {
+            PyErr_SetString(PyExc_ValueError, "records(): templates must be bytes of one length");
+            goto done;
+        }
+        len = PyBytes_GET_SIZE(t);
+    }
+    if (m && (digest_at < 0 || digest_at + 32 > len)) {
+        PyErr_SetString(PyExc_ValueError, "records(): the digest does not fit the template");
+        goto done;
+    }
+    if ((out = PyByteArray_FromStringAndSize(NULL, m ? n * m * len : 0)) == NULL)
+        goto done;
+    uint8_t *dst = (uint8_t *)PyByteArray_AS_STRING(out), digest[32];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(hashes, i);
+        Py_ssize_t hl;
+        const char *hd = PyUnicode_Check(h) ? PyUnicode_AsUTF8AndSize(h, &hl) : NULL;
+        if (hd == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "records(): hash %zd is %.100s, not str", i, Py_TYPE(h)->tp_name);
+            Py_CLEAR(out);
+            goto done;
+        }
+        sha256((const uint8_t *)hd, (size_t)hl, digest);
+        for (Py_ssize_t c = 0; c < m; c++) {
+            uint8_t *row = dst + (c * n + i) * len;
+            memcpy(row, PyBytes_AS_STRING(PySequence_Fast_GET_ITEM(templates, c)), (size_t)len);
+            memcpy(row + digest_at, digest, 32);
+        }
+    }
+done:
+    Py_DECREF(hashes);
+    Py_DECREF(templates);
+    return out;
 }
 
 static PyObject *all_hex64(PyObject *self, PyObject *arg) {
@@ -404,6 +462,7 @@ static PyObject *set_accelerated(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"sha256_each", sha256_each, METH_O, "sha256_each(items) -> bytes: 32-byte digests, concatenated"},
+    {"records", records, METH_VARARGS, "records(hashes, templates, digest_at) -> bytearray of rows"},
     {"names", names, METH_VARARGS, "names(hashes, prefix, suffix, fanout) -> list[str] | None (not ASCII)"},
     {"rows", rows, METH_VARARGS, "rows(starts, page_size, runs, trailer_at, trailer_size) -> list of segment lists"},
     {"all_hex64", all_hex64, METH_O, "all_hex64(items) -> whether every item is 64 lowercase hex chars"},

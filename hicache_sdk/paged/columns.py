@@ -28,7 +28,7 @@ import numpy as np
 from ..hostpool.page_memory import linear_plan
 from ..kit.batches import first_occurrences
 from ..transport import Segment, TransportError
-from .header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments, page_digests, plain_records
+from .header import PAGE_DIGEST_AT, TRAILER_SIZE, HeaderError, PageHeader, crc32_segments, page_records
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy.typing as npt
@@ -55,8 +55,15 @@ class Columns:
     payloads: list[int]  # payload bytes of each column
     n_pages: int
     identity: bytes | None  # header schemes: the pool's identity digest
-    pages: bytes | None  # header schemes: the pages' digests, 32 bytes each (page_digests)
+    expected: npt.NDArray[np.uint8] | None  # header schemes with memory: the checksum-free records
     trailers: npt.NDArray[np.uint8] | None  # one row per object (read scratch / encoded)
+
+    @property
+    def pages(self) -> bytes | None:
+        """Header schemes with memory: the pages' digests, 32 bytes each, from the records."""
+        if self.expected is None:
+            return None
+        return self.expected[: self.n_pages, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32].tobytes()
 
     @property
     def n_cols(self) -> int:
@@ -150,12 +157,12 @@ def build_columns(
     for (col, _), p in zip(spec, payloads):  # list extends (C speed), not a comprehension
         names += col
         sizes += [p + extra] * n
-    digests = page_digests(keys) if header else None
-    trailers = None
-    if header and starts is not None:
-        assert state.identity is not None and digests is not None
+    expected = trailers = None
+    if header and starts is not None:  # names only (exists, delete) need no records
+        assert state.identity is not None
+        expected = page_records(state.identity, keys, payloads)
         if write and not checksum:
-            trailers = plain_records(state.identity, digests, payloads, n)
+            trailers = expected
         else:  # read scratch, or per-object records encoded below (they need the payload's crc)
             trailers = np.empty((len(names), TRAILER_SIZE), dtype=np.uint8)
     buffers: list[list[Segment]] = []
@@ -177,13 +184,13 @@ def build_columns(
             else:
                 buffers += _rows(pages, rb, rs, rn, at)
         if header and write and checksum:
-            assert trailers is not None and state.identity is not None and digests is not None
+            assert trailers is not None and state.identity is not None and expected is not None
             for o, segs in enumerate(buffers):
                 c, i = divmod(o, n) if n else (0, 0)
-                page = digests[32 * i : 32 * i + 32]
+                page = expected[i, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32].tobytes()
                 rec = PageHeader(state.identity, page, payloads[c], crc32_segments(segs[:-1]))
                 trailers[o] = np.frombuffer(rec.encode(), dtype=np.uint8)
-    return Columns(names, buffers, sizes, payloads, n, state.identity, digests, trailers)
+    return Columns(names, buffers, sizes, payloads, n, state.identity, expected, trailers)
 
 
 def _call(engine: ObjectEngine, op: str, cols: Columns) -> list[bool] | None:
@@ -216,8 +223,8 @@ def read_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
         return [False] * cols.n_pages
     bad: list[str] = []
     if cols.trailers is not None:
-        assert cols.identity is not None and cols.pages is not None
-        want = plain_records(cols.identity, cols.pages, cols.payloads, cols.n_pages)
+        assert cols.expected is not None
+        want = cols.expected
         # rows compared as 12 machine words each (TRAILER_SIZE = 96), not 96 bytes
         same = (cols.trailers.view(np.uint64) == want.view(np.uint64)).all(axis=1)
         differ = [] if same.all() else np.flatnonzero(~same).tolist()
@@ -237,11 +244,11 @@ def read_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
 def _check_record(cols: Columns, o: int) -> str | None:
     """Why object ``o``'s trailer is not valid for it (``None``: valid, e.g. it carries a
     checksum that matches)."""
-    assert cols.trailers is not None and cols.identity is not None and cols.pages is not None
+    assert cols.trailers is not None and cols.identity is not None and cols.expected is not None
     c, i = divmod(o, cols.n_pages)
     try:
         record = PageHeader.decode(cols.trailers[o].tobytes())
-        page = cols.pages[32 * i : 32 * i + 32]
+        page = cols.expected[i, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32].tobytes()
         record.check(identity=cols.identity, page=page, payload_len=cols.payloads[c])
         if record.checksum is not None and crc32_segments(cols.buffers[o][:-1]) != record.checksum:
             raise HeaderError("checksum")

@@ -64,6 +64,7 @@ __all__ = [
     "crc32_segments",
     "digest",
     "page_digests",
+    "page_records",
     "plain_records",
 ]
 
@@ -135,11 +136,30 @@ def plain_records(
     return out
 
 
+def page_records(
+    identity: bytes, page_hashes: Sequence[str], payloads: Sequence[int]
+) -> npt.NDArray[np.uint8]:
+    """:func:`plain_records` of these pages, digests included: one C call per batch where
+    :mod:`hicache_sdk._hotpath` is built (hash and template copy per row), else
+    :func:`page_digests` and :func:`plain_records`. Writable."""
+    n = len(page_hashes)
+    if _hotpath is None or not n:
+        return plain_records(identity, page_digests(page_hashes), payloads, n)
+    raw = _hotpath.records(page_hashes, [_template_bytes(identity, p) for p in payloads], PAGE_DIGEST_AT)
+    return np.frombuffer(raw, dtype=np.uint8).reshape(n * len(payloads), TRAILER_SIZE)
+
+
+@functools.lru_cache(maxsize=256)
+def _template_bytes(identity: bytes, payload_len: int) -> bytes:
+    """The checksum-free record of a page of this identity and payload length, with a zero
+    page digest."""
+    return PageHeader(identity, bytes(32), payload_len).encode()
+
+
 @functools.lru_cache(maxsize=256)
 def _template(identity: bytes, payload_len: int) -> npt.NDArray[np.uint8]:
-    """The checksum-free record of a page of this identity and payload length, with a zero
-    page digest (read-only: a batch's records are copies of it)."""
-    row = np.frombuffer(PageHeader(identity, bytes(32), payload_len).encode(), dtype=np.uint8)
+    """:func:`_template_bytes` as a read-only row (a batch's records are copies of it)."""
+    row = np.frombuffer(_template_bytes(identity, payload_len), dtype=np.uint8)
     row.flags.writeable = False
     return row
 

@@ -151,3 +151,17 @@ def test_batch_names_leaves_non_ascii_to_python() -> None:
     assert _hotpath.names(["ab", "é"], "p/", "", 0) is None
     assert _hotpath.names(["ab"], "é", "", 0) is None
     assert _hotpath.names(["ab", "cd"], "p/", ".bin", 1) == ["p/a/ab.bin", "p/c/cd.bin"]
+
+
+@pytest.mark.parametrize("payloads", [[100], [131072, 131072], [5, 7, 9]])
+def test_page_records_native_equals_digests_and_templates(payloads: list[int]) -> None:
+    identity = hashlib.sha256(b"pool").digest()
+    keys = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(9)] + ["x", "é"]
+    native = header.page_records(identity, keys, payloads)
+    want = header.plain_records(identity, header.page_digests(keys), payloads, len(keys))
+    assert native.shape == want.shape and (native == want).all()
+    native[0, 0] ^= 1  # writable: the write path encodes into it
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(header, "_hotpath", None)
+        assert (header.page_records(identity, keys, payloads) == want).all()
+    assert header.page_records(identity, [], payloads).shape == (0, header.TRAILER_SIZE)
