@@ -59,13 +59,6 @@ class Columns:
     trailers: npt.NDArray[np.uint8] | None  # one row per object (read scratch / encoded)
 
     @property
-    def pages(self) -> bytes | None:
-        """Header schemes with memory: the pages' digests, 32 bytes each, from the records."""
-        if self.expected is None:
-            return None
-        return self.expected[: self.n_pages, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32].tobytes()
-
-    @property
     def n_cols(self) -> int:
         return len(self.payloads)
 
@@ -187,10 +180,16 @@ def build_columns(
             assert trailers is not None and state.identity is not None and expected is not None
             for o, segs in enumerate(buffers):
                 c, i = divmod(o, n) if n else (0, 0)
-                page = expected[i, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32].tobytes()
-                rec = PageHeader(state.identity, page, payloads[c], crc32_segments(segs[:-1]))
+                rec = PageHeader(
+                    state.identity, _digest_of(expected, i), payloads[c], crc32_segments(segs[:-1])
+                )
                 trailers[o] = np.frombuffer(rec.encode(), dtype=np.uint8)
     return Columns(names, buffers, sizes, payloads, n, state.identity, expected, trailers)
+
+
+def _digest_of(records: npt.NDArray[np.uint8], i: int) -> bytes:
+    """Page ``i``'s digest, as written in its (column 0) record."""
+    return records[i, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32].tobytes()
 
 
 def _call(engine: ObjectEngine, op: str, cols: Columns) -> list[bool] | None:
@@ -248,8 +247,7 @@ def _check_record(cols: Columns, o: int) -> str | None:
     c, i = divmod(o, cols.n_pages)
     try:
         record = PageHeader.decode(cols.trailers[o].tobytes())
-        page = cols.expected[i, PAGE_DIGEST_AT : PAGE_DIGEST_AT + 32].tobytes()
-        record.check(identity=cols.identity, page=page, payload_len=cols.payloads[c])
+        record.check(identity=cols.identity, page=_digest_of(cols.expected, i), payload_len=cols.payloads[c])
         if record.checksum is not None and crc32_segments(cols.buffers[o][:-1]) != record.checksum:
             raise HeaderError("checksum")
     except HeaderError as e:

@@ -25,16 +25,20 @@ __all__ = ["EXISTS_CHUNK", "exists_chunked", "run_exists"]
 EXISTS_CHUNK = 4096
 
 
+def _answers(got: object, n: int) -> list[int | None]:
+    """``got`` when it is a list of ``n`` answers, else the contract error."""
+    if not isinstance(got, list) or len(got) != n:
+        raise TransportError("exists returned a wrong number of answers", "transport_contract")
+    return got
+
+
 def _exists_one(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None] | None:
     """A query of at most :data:`EXISTS_CHUNK` keys: one call, its answers as the
     transport gave them (no copies); ``None`` when it failed or missed the deadline."""
     inner = rt.inner
 
     def job() -> list[int | None]:
-        got = inner.exists(keys)
-        if not isinstance(got, list) or len(got) != len(keys):
-            raise TransportError("exists returned a wrong number of answers", "transport_contract")
-        return got
+        return _answers(inner.exists(keys), len(keys))
 
     status, got = rt._run("exists", job, rt._exists_s, None, breaker=rt.exists_breaker)
     return got if status == "ok" else None
@@ -51,9 +55,7 @@ def exists_chunked(rt: ResilientTransport, keys: Sequence[str], out: list[int | 
 
     def job() -> bool:
         for a in range(0, n, EXISTS_CHUNK):
-            part = inner.exists(keys[a : a + EXISTS_CHUNK])
-            if not isinstance(part, list) or len(part) != min(EXISTS_CHUNK, n - a):
-                raise TransportError("exists returned a wrong number of answers", "transport_contract")
+            part = _answers(inner.exists(keys[a : a + EXISTS_CHUNK]), min(EXISTS_CHUNK, n - a))
             with lock:
                 if stop[0]:
                     return False
