@@ -45,7 +45,7 @@ from hicache_sdk import Capabilities, ConfigError, Segments, Transport, Transpor
 
 from .config import RedisConfig, parse_endpoint, redact_url
 from .frames import set_nx_frame
-from .mget import chunk_keys, stream_mget
+from .mget import ONE_AT_A_TIME, PIPELINED, chunk_keys, stream_mget
 from .pool import AuthError, Pool
 from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, views_of
 
@@ -246,11 +246,15 @@ class RedisTransport(Transport):
         sizes = [sum(map(_nbytes, segs)) for segs in buffers]
         out = [False] * len(keys)
 
+        policy = PIPELINED
+
         def part(c: Connection, idx: list[int], first: bool) -> None:
             chunks = chunk_keys([idx], sizes, self.config.max_command_bytes)
-            stream_mget(c, names, sizes, buffers, chunks, out, cancel, counted=first)
+            stream_mget(c, names, sizes, buffers, chunks, out, cancel, counted=first, policy=policy)
 
         def run(cs: list[Connection]) -> list[bool]:
+            nonlocal policy
+            policy = PIPELINED if len(cs) == 1 else ONE_AT_A_TIME
             self._concurrently(cs, sizes, part, cancel)
             return out
 

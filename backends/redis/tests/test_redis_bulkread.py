@@ -446,3 +446,64 @@ def test_bad_segments_are_refused_before_any_io(pair: tuple[Connection, socket.s
     far.settimeout(0.2)
     with pytest.raises(TimeoutError):
         far.recv(1)  # nothing was sent
+
+
+def _commands_waiting(far: socket.socket, wait_s: float = 0.15) -> int:
+    """How many whole commands the reader has sent that ``far`` has not taken yet."""
+    time.sleep(wait_s)
+    try:
+        data = far.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return 0
+    n = 0
+    while (parsed := _parse_command(data)) is not None:
+        n, data = n + 1, parsed[1]
+    return n
+
+
+@READERS
+@pytest.mark.parametrize("policy", ["pipelined", "one_at_a_time"])
+def test_refill_policy_decides_what_is_in_flight(
+    native: bool, policy: str, pair: tuple[Connection, socket.socket]
+) -> None:
+    """``ONE_AT_A_TIME`` (a connection carrying one of several parts of a read) sends the
+    next command only once the reply before it is read whole; ``PIPELINED`` keeps the next
+    one queued at the server while a reply is read."""
+    from hicache_backend_redis import mget
+
+    conn, far = pair
+    n, size = 3, 300 << 10  # each value larger than STREAM_CHUNK: one MGET each
+    store = {b"k%d" % i: _value(i, size) for i in range(n)}
+    names = [b"k%d" % i for i in range(n)]
+    pages = Pages([size] * n)
+    chosen = mget.PIPELINED if policy == "pipelined" else mget.ONE_AT_A_TIME
+    out: list[bool] = [False] * n
+    chunks = chunk_keys([list(range(n))], [size] * n, 64 << 20)
+    assert len(chunks) == n
+    t = threading.Thread(
+        target=stream_mget,
+        args=(conn, names, [size] * n, pages.segments, chunks, out, None),
+        kwargs={"policy": chosen},
+    )
+    t.start()
+    try:
+        waiting = []
+        for i in range(n):
+            waiting.append(_commands_waiting(far))
+            args, _ = _parse_command(far.recv(1 << 16, socket.MSG_PEEK)) or ([], b"")
+            cmd = command("MGET", *args[1:])
+            assert far.recv(len(cmd)) == cmd  # take exactly this command
+            reply = store_answer(store)(args)
+            far.sendall(reply[:-2])  # all of the reply but its last CRLF
+            if i + 1 < n:
+                waiting[-1] = (waiting[-1], _commands_waiting(far))  # type: ignore[assignment]
+            far.sendall(reply[-2:])
+        t.join(10)
+        assert not t.is_alive() and out == [True] * n
+        assert [pages.value(i) for i in range(n)] == [store[k] for k in names]
+        if policy == "pipelined":  # two in flight from the start, the third sent as the second reply is read
+            assert waiting[0] == (2, 1)
+        else:  # never a command queued behind an unread reply
+            assert waiting[:2] == [(1, 0), (1, 0)] and waiting[2] == 1
+    finally:
+        t.join(10)

@@ -64,7 +64,18 @@ class Token(CancelToken):
         return super().guard()
 
 
-def test_large_batches_run_on_concurrent_connections(server: RedisServer) -> None:
+def test_large_batches_run_on_concurrent_connections(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hicache_backend_redis import mget, redis_transport
+
+    policies: list[tuple[int, int, int]] = []
+
+    def spy(*args: Any, policy: tuple[int, int, int], **kw: Any) -> None:
+        policies.append(policy)
+        mget.stream_mget(*args, policy=policy, **kw)
+
+    monkeypatch.setattr(redis_transport, "stream_mget", spy)
     t = RedisTransport(RedisConfig(url=server.url, parallel_connections=3, pool_size=8, write_window=0))
     try:
         src, segs = _pages(12, 1 << 20)  # 12 MiB: three parts of 4 MiB
@@ -79,9 +90,12 @@ def test_large_batches_run_on_concurrent_connections(server: RedisServer) -> Non
         assert np.array_equal(out, src)
         # the parts run concurrently: the batch waits one round trip, counted once
         assert t.round_trips == before + 2
-        # small batches stay on one connection
+        # each part keeps one command in flight (see mget.ONE_AT_A_TIME)
+        assert policies == [mget.ONE_AT_A_TIME] * 3
+        # small batches stay on one connection, pipelined
         assert t.read(keys[:1], osegs[:1]) == [True]
         assert t.round_trips == before + 3
+        assert policies[3:] == [mget.PIPELINED]
     finally:
         t.close()
 
