@@ -30,6 +30,15 @@ static int failed(rd_t *r, ssize_t k) {
     return OSERROR;
 }
 
+/* After a receive that returned k <= 0 or a send that returned k < 0: 0 when a signal
+ * interrupted it and its handler did not raise (retry the call), else the code to return. */
+static int retry_or_fail(rd_t *r, ssize_t k) {
+    if (k < 0 && errno == EINTR) {
+        return interrupted(r);
+    }
+    return failed(r, k);
+}
+
 /* Receive at least one byte into the buffer, at most `limit`. */
 static int fill(rd_t *r, size_t limit) {
     if (r->start == r->end) {
@@ -50,14 +59,10 @@ static int fill(rd_t *r, size_t limit) {
             r->end += (size_t)k;
             return 0;
         }
-        if (k < 0 && errno == EINTR) {
-            int rc = interrupted(r);
-            if (rc) {
-                return rc;
-            }
-            continue;
+        int rc = retry_or_fail(r, k);
+        if (rc) {
+            return rc;
         }
-        return failed(r, k);
     }
 }
 
@@ -168,14 +173,11 @@ static int value(rd_t *r, const seg_t *segs, Py_ssize_t nseg, size_t n) {
             m.msg_iovlen = (size_t)niov;
             ssize_t k = recvmsg(r->fd, &m, MSG_WAITALL);
             if (k <= 0) {
-                if (k < 0 && errno == EINTR) {
-                    int rc = interrupted(r);
-                    if (rc) {
-                        return rc;
-                    }
-                    continue;
+                int rc = retry_or_fail(r, k);
+                if (rc) {
+                    return rc;
                 }
-                return failed(r, k);
+                continue;
             }
             got = (size_t)k;
         }
@@ -208,14 +210,11 @@ static int send_all(rd_t *r, struct iovec *iov, int niov) {
         m.msg_iovlen = (size_t)(niov - i < MAX_IOV ? niov - i : MAX_IOV);
         ssize_t k = sendmsg(r->fd, &m, MSG_NOSIGNAL);
         if (k < 0) {
-            if (errno == EINTR) {
-                int rc = interrupted(r);
-                if (rc) {
-                    return rc;
-                }
-                continue;
+            int rc = retry_or_fail(r, k);
+            if (rc) {
+                return rc;
             }
-            return failed(r, -1);
+            continue;
         }
         size_t got = (size_t)k;
         while (got && i < niov) {
