@@ -246,15 +246,13 @@ class RedisTransport(Transport):
         sizes = [sum(map(_nbytes, segs)) for segs in buffers]
         out = [False] * len(keys)
 
-        policy = PIPELINED
-
-        def part(c: Connection, idx: list[int], first: bool) -> None:
-            chunks = chunk_keys([idx], sizes, self.config.max_command_bytes)
-            stream_mget(c, names, sizes, buffers, chunks, out, cancel, counted=first, policy=policy)
-
         def run(cs: list[Connection]) -> list[bool]:
-            nonlocal policy
             policy = PIPELINED if len(cs) == 1 else ONE_AT_A_TIME
+
+            def part(c: Connection, idx: list[int], first: bool) -> None:
+                chunks = chunk_keys([idx], sizes, self.config.max_command_bytes)
+                stream_mget(c, names, sizes, buffers, chunks, out, cancel, counted=first, policy=policy)
+
             self._concurrently(cs, sizes, part, cancel)
             return out
 
