@@ -10,12 +10,19 @@ Variants (ratios are of median times; ours/raw <= 1.11 means >= 90 % of raw thro
 * set: ``batch_set_v1`` vs a redis-py pipeline of ``SET`` (memoryview values, no
   transaction); the database is flushed before every call (untimed);
 * exists: ``batch_exists`` vs a redis-py pipeline of ``EXISTS``;
-* ``ours_inline``: the same with ``transfer_timeout_s = 0`` (no deadline, so no staging
-  copy; until the transport kit's cancellable path lands, a deadline means staging);
+* ``ours_inline``: the same with ``transfer_timeout_s = 0`` (no deadline: no worker hop and
+  no cancel token);
 * ``--lmcache-dir DIR`` (an unpacked ``lmcache-0.5.6`` wheel; ``pip download lmcache==0.5.6
   --no-deps`` then unzip): the peer, LMCache's native RESP client, on the same keys and buffers;
 * ``--cluster``: get and set over a 3-master cluster vs redis-py's ``RedisCluster``;
 * ``redis-benchmark -t set,get -d <page bytes> -P 16 -c 4`` for context.
+
+Each operation is two tables measured one after the other in the same run: ours,
+``ours_inline`` and the peer in interleaved rounds, then ours against raw redis-py (table name
+``...-vs-raw``). Raw redis-py's ``MGET`` of a whole batch makes the single-threaded server
+build one 32 MiB reply, which slowed whichever call came next by 10-40 % (ours and the peer
+alike, by how much varied run to run); in its own table it cannot tilt the comparison with the
+peer. ``--one-table`` puts all four in the same rounds (the layout before 2026-12-01 16:50 UTC).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _redis_servers import RedisClusterServers, RedisServer
 
 TOKENS = 64
+
+#: A benchmark variant: label, the call, bytes moved per call (0: none counted).
+Variant = tuple[str, Callable[[], object], int]
 
 
 def storage(url: str, pool: Any, **extra: Any) -> RedisStorage:
@@ -126,14 +137,27 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
 
     peer = Peer(args.lmcache_dir, srv.port, args.peer_workers) if args.lmcache_dir else None
     views = [mv[i * size : (i + 1) * size] for i in range(n)]
-    results = []
-    h = Harness(f"redis-get-{page_kib}KiB", params)
-    h.add("ours", ours_get, nbytes=total)
-    h.add("raw_redis_py_mget", raw_get, nbytes=total)
-    h.add("ours_inline", ours_get_inline, nbytes=total)
-    if peer is not None:
-        h.add("peer_lmcache_resp", lambda: peer.get(names, views), nbytes=total)
-    results.append(h.run(repeats=args.repeats, warmup=1))
+    results: list[Any] = []
+
+    def compare(op: str, raw: Variant, rest: list[Variant], repeats: int, setup: Any = None) -> None:
+        """``ours`` against the others of ``rest`` in one harness and against ``raw`` in a
+        second (``--one-table``: all in one, as before): a raw redis-py call makes the server
+        build one reply of the whole batch, which slows whatever runs next."""
+        groups = [[rest[0], raw, *rest[1:]]] if args.one_table else [rest, [rest[0], raw]]
+        for i, group in enumerate(groups):
+            suffix = "-vs-raw" if i == 1 else ""
+            h = Harness(f"redis-{op}-{page_kib}KiB{suffix}", params)
+            for label, fn, nbytes in group:
+                h.add(label, fn, nbytes=nbytes)
+            results.append(h.run(repeats=repeats, warmup=1, setup=setup))
+
+    peer_get = [("peer_lmcache_resp", lambda: peer.get(names, views), total)] if peer is not None else []
+    compare(
+        "get",
+        ("raw_redis_py_mget", raw_get, total),
+        [("ours", ours_get, total), ("ours_inline", ours_get_inline, total), *peer_get],
+        args.repeats,
+    )
 
     def ours_exists() -> None:
         assert s.batch_exists(keys) == n
@@ -144,12 +168,13 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
             p.exists(k)
         assert sum(p.execute()) == n
 
-    h = Harness(f"redis-exists-{page_kib}KiB", params)
-    h.add("ours", ours_exists)
-    h.add("raw_redis_py_pipeline_exists", raw_exists)
-    if peer is not None:
-        h.add("peer_lmcache_resp", lambda: peer.exists(names))
-    results.append(h.run(repeats=args.repeats, warmup=1))
+    peer_exists = [("peer_lmcache_resp", lambda: peer.exists(names), 0)] if peer is not None else []
+    compare(
+        "exists",
+        ("raw_redis_py_pipeline_exists", raw_exists, 0),
+        [("ours", ours_exists, 0), *peer_exists],
+        args.repeats,
+    )
 
     def ours_set() -> None:
         assert s.batch_set_v1(keys, idx) == [True] * n
@@ -163,13 +188,14 @@ def bench_page(args: argparse.Namespace, srv: RedisServer, page_kib: int, n: int
             p.set(k, mv[i * size : (i + 1) * size])
         p.execute()
 
-    h = Harness(f"redis-set-{page_kib}KiB", params)
-    h.add("ours", ours_set, nbytes=total)
-    h.add("raw_redis_py_pipeline_set", raw_set, nbytes=total)
-    h.add("ours_inline", ours_set_inline, nbytes=total)
-    if peer is not None:
-        h.add("peer_lmcache_resp", lambda: peer.set(names, views), nbytes=total)
-    results.append(h.run(repeats=max(2, args.repeats), warmup=1, setup=r.flushdb))
+    peer_set = [("peer_lmcache_resp", lambda: peer.set(names, views), total)] if peer is not None else []
+    compare(
+        "set",
+        ("raw_redis_py_pipeline_set", raw_set, total),
+        [("ours", ours_set, total), ("ours_inline", ours_set_inline, total), *peer_set],
+        max(2, args.repeats),
+        setup=r.flushdb,
+    )
     s.close()
     s_inline.close()
     r.flushdb()
@@ -263,6 +289,11 @@ def main() -> None:
     ap.add_argument("--lmcache-dir", default=None, help="an unpacked lmcache-0.5.6 wheel: adds the peer")
     ap.add_argument("--peer-workers", type=int, default=4)
     ap.add_argument("--cluster", action="store_true", help="also a 3-master cluster, first page size only")
+    ap.add_argument(
+        "--one-table",
+        action="store_true",
+        help="raw redis-py in the same rounds as ours and the peer (default: a head-to-head table of its own)",
+    )
     args = ap.parse_args()
     counts = args.pages + [args.pages[-1]] * (len(args.page_kib) - len(args.pages))
     srv = RedisServer()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import socket
 import ssl
 import threading
@@ -20,7 +21,13 @@ from typing import Literal
 from .config import Endpoint, RedisConfig
 from .resp import Connection, ReplyError, command
 
-__all__ = ["AuthError", "Pool", "connect"]
+__all__ = ["AuthError", "Pool", "connect", "receive_buffer"]
+
+log = logging.getLogger(__name__)
+
+#: Where Linux publishes the most a process may ask for with ``SO_RCVBUF``.
+RMEM_MAX_PATH = "/proc/sys/net/core/rmem_max"
+_capped_logged = False
 
 
 class AuthError(Exception):
@@ -40,6 +47,53 @@ def _tls_context(cfg: RedisConfig) -> ssl.SSLContext:
     return ctx
 
 
+def receive_buffer(cfg: RedisConfig) -> int:
+    """The ``SO_RCVBUF`` to set on a data connection, or 0 to leave the kernel's autotuning:
+    ``cfg.recv_buffer_bytes`` when the kernel lets a process ask for that much
+    (``net.core.rmem_max``; unknown outside Linux: asked for anyway, the kernel caps it).
+    Capped below it, autotuning is kept (logged once): a buffer locked small would be
+    slower than one the kernel grows."""
+    global _capped_logged
+    want = cfg.recv_buffer_bytes
+    if want <= 0:
+        return 0
+    try:
+        with open(RMEM_MAX_PATH, encoding="ascii") as f:
+            cap = int(f.read().strip())
+    except (OSError, ValueError):
+        return want
+    if cap >= want:
+        return want
+    if not _capped_logged:
+        _capped_logged = True
+        log.info(
+            "redis: recv_buffer_bytes=%d is above net.core.rmem_max=%d; keeping the kernel's "
+            "receive-buffer autotuning (raise rmem_max, or lower recv_buffer_bytes, to use it)",
+            want,
+            cap,
+        )
+    return 0
+
+
+def _tcp_connect(host: str, port: int, timeout: float, rcvbuf: int) -> socket.socket:
+    """``socket.create_connection`` with ``SO_RCVBUF`` set *before* the connect (so the
+    window scale agreed in the handshake covers it) and ``TCP_NODELAY`` after."""
+    err: OSError | None = None
+    for family, kind, proto, _, addr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            if rcvbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            sock.settimeout(timeout)
+            sock.connect(addr)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as e:
+            sock.close()
+            err = e
+    raise err if err is not None else OSError(f"getaddrinfo found no address for {host}:{port}")
+
+
 def connect(ep: Endpoint, cfg: RedisConfig, ctx: ssl.SSLContext | None) -> Connection:
     """Open, authenticate and select the database. ``OSError`` when unreachable,
     :class:`AuthError` when the server refuses the credentials or the db."""
@@ -55,8 +109,7 @@ def connect(ep: Endpoint, cfg: RedisConfig, ctx: ssl.SSLContext | None) -> Conne
             sock.close()
             raise
     else:
-        sock = socket.create_connection((ep.host, ep.port), timeout=cfg.connect_timeout_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = _tcp_connect(ep.host, ep.port, cfg.connect_timeout_s, receive_buffer(cfg))
     if ctx is not None:
         try:
             sock = ctx.wrap_socket(sock, server_hostname=ep.host)
