@@ -21,7 +21,12 @@
   concurrently (the caller's thread runs the first): the server and the kernel copy for
   several sockets at once. A part is one round trip on its connection, concurrent with
   the others, so :attr:`round_trips` counts the batch once. Extra connections are only
-  taken when free at once, so concurrent batches never wait for each other's.
+  taken when free at once, so concurrent batches never wait for each other's. A smaller
+  batch of big values (``write_window`` > 0) goes over up to ``parallel_connections``
+  connections too, driven from the caller's thread with no other thread woken: value ``i``
+  on connection ``i % k``, each connection ``write_window`` values in flight, every first
+  send in one round trip. A batch with a key more than once is written once per key, from
+  the first copy (over several connections a later copy could otherwise land first).
 * I/O failure (refused, reset, timeout, a server killed mid-batch) raises
   :class:`TransportError` for the whole batch (reason ``"connection"`` / ``"timeout"``);
   the adapter turns it into misses. The connection is discarded, never reused.
@@ -30,6 +35,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
 import threading
@@ -42,6 +48,7 @@ from operator import itemgetter
 from typing import Any, ClassVar, TypeVar
 
 from hicache_sdk import Capabilities, ConfigError, Segments, Transport, TransportError
+from hicache_sdk.kit.batches import first_occurrences
 
 from .config import RedisConfig, parse_endpoint, redact_url
 from .frames import set_nx_frame
@@ -263,6 +270,17 @@ class RedisTransport(Transport):
     ) -> list[bool]:
         if not keys:
             return []
+        dup = first_occurrences(keys)
+        if dup is None:
+            return self._write_distinct(keys, buffers, cancel)
+        # over several connections a later copy could land first: write each key once
+        keep, owner = dup
+        got = self._write_distinct([keys[i] for i in keep], [buffers[i] for i in keep], cancel)
+        return [got[j] for j in owner]
+
+    def _write_distinct(
+        self, keys: Sequence[str], buffers: Sequence[Segments], cancel: CancelGuard | None
+    ) -> list[bool]:
         p = self._prefix
         sizes = [sum(map(_nbytes, segs)) for segs in buffers]
         out = [False] * len(keys)
@@ -301,7 +319,33 @@ class RedisTransport(Transport):
             self._concurrently(cs, sizes, part, cancel)
             return out
 
-        return self._call_many("write", self._parts(sizes), run)
+        def fan_out(cs: list[Connection]) -> list[bool]:
+            # value i on connection i % k; each connection keeps `window` values in flight
+            k = len(cs)
+            queues = [range(j, len(keys), k) for j in range(k)]
+            sent = [min(window, len(q)) for q in queues]
+            with contextlib.ExitStack() as watching:
+                for c in cs:
+                    watching.enter_context(c.watch(cancel))
+                for j, c in enumerate(cs):  # every connection's first window: one round trip
+                    c.send([x for i in queues[j][: sent[j]] for x in one(i)], counted=j == 0, cancel=cancel)
+                for n in range(max(map(len, queues))):  # the n-th reply of each connection
+                    for j, c in enumerate(cs):
+                        q = queues[j]
+                        if n < len(q):
+                            answer(c, q[n])
+                            if sent[j] < len(q):
+                                c.send(one(q[sent[j]]), counted=j == 0, cancel=cancel)
+                                sent[j] += 1
+            return out
+
+        parts = self._parts(sizes)
+        if window and parts == 1 and len(keys) > 1 and self.config.parallel_connections > 1:
+            # A batch too small to split over threads still goes over several connections,
+            # driven from this thread: the server takes the next value from another
+            # connection while one reply is on its way, and no thread is woken.
+            return self._call_many("write", min(self.config.parallel_connections, len(keys)), fan_out)
+        return self._call_many("write", parts, run)
 
     def delete(self, keys: Sequence[str]) -> None:
         if not keys:

@@ -98,6 +98,37 @@ def test_windowed_writes(
     assert 0 < int(raw(redis_server, "PTTL", pfx + "t1")) <= 100_000  # type: ignore[call-overload]
 
 
+def test_small_windowed_writes_fan_out_over_connections(
+    make_transport: Make, redis_server: RedisServer, request: pytest.FixtureRequest
+) -> None:
+    """A windowed batch under the split size goes over up to parallel_connections
+    connections from the caller's thread (value i on connection i % k): every connection's
+    first value leaves in one round trip, so 4 values over 4 connections are 1 round trip
+    (4 on one connection), 6 are 2 (connection 0 carries values 0 and 4). Duplicate keys
+    are written once, from the first copy, whichever connection it would have gone to."""
+    pfx = f"t:{request.node.name}:"
+    t = make_transport(key_prefix=pfx, write_window=1, parallel_connections=4)
+    one = make_transport(key_prefix=pfx + "one:", write_window=1, parallel_connections=1)
+    for n, trips in ((4, 1), (6, 2)):
+        vals = [pattern(100 * n + i, 40000) for i in range(n)]
+        keys = [f"n{n}-{i}" for i in range(n)]
+        before, setnx = t.round_trips, _calls(redis_server, "setnx")
+        assert t.write(keys, [segs(v) for v in vals]) == [True] * n
+        assert t.round_trips - before == trips
+        assert _calls(redis_server, "setnx") - setnx == n
+        out = [np.zeros_like(v) for v in vals]
+        assert t.read(keys, [segs(o) for o in out]) == [True] * n
+        assert all(np.array_equal(a, b) for a, b in zip(out, vals))
+        before = one.round_trips
+        assert one.write(keys, [segs(v) for v in vals]) == [True] * n
+        assert one.round_trips - before == n  # the same batch on one connection
+    copies = [pattern(900 + c, 40000) for c in range(4)]
+    assert t.write(["d", "x", "d", "d"], [segs(c) for c in copies]) == [True] * 4
+    got = [np.zeros_like(copies[0]) for _ in range(2)]
+    assert t.read(["d", "x"], [segs(g) for g in got]) == [True, True]
+    assert np.array_equal(got[0], copies[0]) and np.array_equal(got[1], copies[1])
+
+
 def _calls(server: RedisServer, name: str) -> int:
     info = raw(server, "INFO", "commandstats")
     assert isinstance(info, bytes)
