@@ -9,7 +9,8 @@ alike. Prints median ms and ratios raw/ours (1.0 = as fast as raw), staged (dead
 the default) and direct (``transfer_timeout_s: 0``), and the time of one memcpy of the
 batch (what staging adds, unless it overlaps the transfer). For ``exists`` it also times the
 layers between raw and ours on the same object names: our transport alone, and the
-resilience layer over it (deadline runner thread hop), so the rest is the paged adapter.
+resilience layer over it (deadline runner thread hop), so the rest is the paged adapter;
+``ours_inline`` is the whole ``batch_exists`` with ``exists_timeout_s: 0`` (no hop).
 
     .venv/bin/python backends/mooncake/bench/bench_mooncake.py [--in-process] [--cases 256k] [--json FILE]
 
@@ -148,11 +149,21 @@ def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: in
     h.add("memcpy", memcpy, nbytes=total)
     get_res = h.run(repeats=r, warmup=1)
 
+    exists_s = resilient._exists_s  # type: ignore[attr-defined]
+
+    def ours_exists_inline() -> object:  # the same backend object with exists_timeout_s 0
+        resilient._exists_s = 0.0  # type: ignore[attr-defined]
+        try:
+            return st.batch_exists(keys)
+        finally:
+            resilient._exists_s = exists_s  # type: ignore[attr-defined]
+
     h = Harness("mooncake-exists", params)
     h.add("raw", lambda: raw.batch_is_exist(okeys))
     h.add("transport", lambda: st.raw_transport.exists(okeys))
     h.add("resilient", lambda: resilient.exists(okeys))
     h.add("ours", lambda: st.batch_exists(keys))
+    h.add("ours_inline", ours_exists_inline)
     if theirs is not None:
         h.add("sglang", lambda: theirs.batch_exists(keys))
     ex_res = h.run(repeats=r * args.exists_factor, warmup=5)

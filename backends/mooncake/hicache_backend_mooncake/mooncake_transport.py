@@ -192,9 +192,9 @@ class MooncakeTransport(Transport):
     def _leave(self) -> None:
         with self._lock:
             self._inflight -= 1
-            if self._inflight == 0:
+            if self._inflight == 0 and self._closed:  # only close() waits on _idle
                 self._idle.notify_all()
-                if self._closed and self._store is not None:
+                if self._store is not None:
                     self._teardown()
 
     def _teardown(self) -> None:  # under self._lock, no call running
@@ -261,12 +261,13 @@ class MooncakeTransport(Transport):
             codes = store.batch_is_exist(keys)
         finally:
             self._leave()
-        if len(codes) != len(keys) or max(codes) < 0:
+        n = len(keys)
+        if len(codes) == n and not self._suspects and codes.count(1) == n:
+            return [SIZE_UNKNOWN] * n  # all present (the usual prefix hit): one C-speed scan
+        if len(codes) != n or max(codes) < 0:
             raise TransportError("mooncake batch_is_exist failed", reason="connection")
         if self._suspects:
             return [SIZE_UNKNOWN if c == 1 and not self._suspect(k) else None for k, c in zip(keys, codes)]
-        if min(codes) == 1:  # all present (the usual prefix hit): one C-speed scan
-            return [SIZE_UNKNOWN] * len(codes)
         return list(map(_PRESENT.get, codes))
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
