@@ -301,18 +301,25 @@ class RedisTransport(Transport):
                     c.broken = True
                     self._pool.drop_idle()
 
+        def windowed(lanes: list[tuple[Connection, Sequence[int]]], first: bool) -> None:
+            # Each lane (a connection and its values, in order) keeps `window` values in
+            # flight: its first window in one flush, then the next value as each reply
+            # arrives. Lane 0's flushes are round trips of the batch (when `first`).
+            for j, (c, idx) in enumerate(lanes):
+                c.send([x for i in idx[:window] for x in one(i)], counted=first and j == 0, cancel=cancel)
+            for n in range(max(len(idx) for _, idx in lanes)):  # the n-th reply of each lane
+                for j, (c, idx) in enumerate(lanes):
+                    if n < len(idx):
+                        answer(c, idx[n])
+                        if n + window < len(idx):
+                            c.send(one(idx[n + window]), counted=first and j == 0, cancel=cancel)
+
         def part(c: Connection, idx: list[int], first: bool) -> None:
-            if not window:
-                c.send([x for i in idx for x in one(i)], counted=first, cancel=cancel)
-                for i in idx:
-                    answer(c, i)
+            if window:
+                windowed([(c, idx)], first)
                 return
-            for n, i in enumerate(idx):
-                if n >= window:
-                    answer(c, idx[n - window])
-                # a send after a wait for a reply is a round trip of its own
-                c.send(one(i), counted=first and (n == 0 or n >= window), cancel=cancel)
-            for i in idx[max(0, len(idx) - window) :]:
+            c.send([x for i in idx for x in one(i)], counted=first, cancel=cancel)
+            for i in idx:
                 answer(c, i)
 
         def run(cs: list[Connection]) -> list[bool]:
@@ -320,23 +327,11 @@ class RedisTransport(Transport):
             return out
 
         def fan_out(cs: list[Connection]) -> list[bool]:
-            # value i on connection i % k; each connection keeps `window` values in flight
-            k = len(cs)
-            queues = [range(j, len(keys), k) for j in range(k)]
-            sent = [min(window, len(q)) for q in queues]
+            # value i on connection i % k, every connection `window` values in flight
             with contextlib.ExitStack() as watching:
                 for c in cs:
                     watching.enter_context(c.watch(cancel))
-                for j, c in enumerate(cs):  # every connection's first window: one round trip
-                    c.send([x for i in queues[j][: sent[j]] for x in one(i)], counted=j == 0, cancel=cancel)
-                for n in range(max(map(len, queues))):  # the n-th reply of each connection
-                    for j, c in enumerate(cs):
-                        q = queues[j]
-                        if n < len(q):
-                            answer(c, q[n])
-                            if sent[j] < len(q):
-                                c.send(one(q[sent[j]]), counted=j == 0, cancel=cancel)
-                                sent[j] += 1
+                windowed([(c, range(j, len(keys), len(cs))) for j, c in enumerate(cs)], True)
             return out
 
         parts = self._parts(sizes)
