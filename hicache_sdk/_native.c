@@ -29,6 +29,10 @@
  *
  * copy_stream(flag=-1) -> int       the streaming setting before the call (-1: only read)
  *
+ * current_cpu() -> int              the CPU the calling thread runs on (sched_getcpu), or -1
+ *                                   where that cannot be known; the deadline runner places
+ *                                   its worker on the caller's CPU with it (resilience/deadline.py)
+ *
  * The Python fallback (hicache_sdk.kit.segments) loops over ctypes.memmove when this module
  * could not be compiled: same results, more per-segment overhead.
  */
@@ -40,6 +44,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <emmintrin.h>
@@ -346,12 +353,23 @@ static PyObject *copy_stream(PyObject *self, PyObject *args) {
     return PyLong_FromLong(before);
 }
 
+static PyObject *current_cpu(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+#ifdef __linux__
+    return PyLong_FromLong(sched_getcpu());
+#else
+    return PyLong_FromLong(-1);
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"copy_runs", copy_runs, METH_VARARGS, "copy_runs(runs) -> bytes copied; runs: (dst, src, n)"},
     {"gather", gather, METH_VARARGS, "gather(dst, segments) -> bytes copied"},
     {"scatter", scatter, METH_VARARGS, "scatter(src, segments) -> bytes copied"},
     {"copy_threads", copy_threads, METH_VARARGS, "copy_threads(n=-1) -> the setting before (0: default)"},
     {"copy_stream", copy_stream, METH_VARARGS, "copy_stream(flag=-1) -> the streaming setting before"},
+    {"current_cpu", current_cpu, METH_NOARGS, "current_cpu() -> the calling thread's CPU, or -1"},
     {NULL, NULL, 0, NULL},
 };
 

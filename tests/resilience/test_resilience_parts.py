@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import threading
 import time
+from collections.abc import Iterable
 
 import pytest
 from hypothesis import given
@@ -15,7 +17,7 @@ from resilience_fakes import Buf, Cfg, FakeClock, MisbehavingTransport
 
 from hicache_sdk.resilience import FailureInjector, Metrics, set_inside_sglang, wrap_transport
 from hicache_sdk.resilience.breaker import CircuitBreaker
-from hicache_sdk.resilience.deadline import DeadlineRunner
+from hicache_sdk.resilience.deadline import DeadlineRunner, can_follow_cpu
 from hicache_sdk.resilience.inject import is_inside_sglang
 from hicache_sdk.resilience.staging import MIN_BUFFER, StagingPool
 from hicache_sdk.resilience.transfers import _slots, chunk_bounds
@@ -164,6 +166,69 @@ def test_runner_is_bounded_and_reuses_threads() -> None:
     r.shutdown()
     with pytest.raises(RuntimeError, match="shut down"):
         r.submit(lambda: None)
+
+
+@pytest.mark.skipif(
+    not can_follow_cpu() or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux, the native module and two CPUs",
+)
+def test_runner_wakes_worker_on_callers_cpu_and_runs_the_call_unpinned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = os.sched_setaffinity
+    events: list[tuple[str, int, set[int]]] = []
+
+    def spy(pid: int, mask: Iterable[int]) -> None:
+        events.append(("pin", pid, set(mask)))
+        real(pid, mask)
+
+    monkeypatch.setattr(os, "sched_setaffinity", spy)
+    full = os.sched_getaffinity(0)
+    a, b = sorted(full)[:2]
+
+    def job() -> int:
+        events.append(("run", threading.get_native_id(), os.sched_getaffinity(0)))
+        return threading.get_native_id()
+
+    seen: dict[str, object] = {}
+
+    def caller() -> None:  # a thread of its own: pinning it leaves the test's thread alone
+        me = threading.get_native_id()
+        r = DeadlineRunner(1)
+        off = DeadlineRunner(1, follow_caller_cpu=False)
+        try:
+            seen["follows"] = (r.follows_caller_cpu, off.follows_caller_cpu)
+            c = r.submit(job)  # spawns the worker (with this thread's full mask)
+            assert r.wait(c, 5)
+            seen["tid"] = c.result
+            del events[:]
+            for cpu in (a, b, a):  # the worker is woken on the caller's CPU, each time
+                real(me, {cpu})
+                c = r.submit(job)
+                assert r.wait(c, 5)
+            seen["follow"] = list(events)
+            del events[:]
+            for _ in range(2):
+                c = off.submit(job)
+                assert off.wait(c, 5)
+            seen["off"] = list(events)
+        finally:
+            r.shutdown()
+            off.shutdown()
+
+    t = threading.Thread(target=caller)
+    t.start()
+    t.join(10)
+    tid = seen["tid"]
+    assert seen["follows"] == (True, False)
+    # pinned to the caller's CPU before the wake, its own mask back before the call runs
+    want = []
+    for cpu in (a, b, a):
+        want += [("pin", tid, {cpu}), ("pin", tid, full), ("run", tid, full)]
+    assert seen["follow"] == want
+    # not following: no affinity change; the worker keeps the mask it inherited (the caller's)
+    assert [e[0] for e in seen["off"]] == ["run", "run"]  # type: ignore[attr-defined]
+    assert all(e[2] == {a} for e in seen["off"])  # type: ignore[attr-defined]
 
 
 # -- staging pool -------------------------------------------------------------------------
