@@ -16,16 +16,16 @@ Edge cases:
 * a call goes to the worker that went idle *last* (a stack, not a queue): back-to-back
   calls run on the same warm thread. Native clients may keep per-thread state, and a
   thread that just ran is in the CPU's caches (``docs/resilience.md``, Workers);
-* the worker is placed on the caller's CPU (Linux; ``follow_caller_cpu``): the caller
+* the worker is woken on the caller's CPU (Linux; ``follow_caller_cpu``): the caller
   sleeps while it waits, so the worker takes over its CPU instead of waking another one.
   On a VM an idle vCPU takes 50-200 us to wake (measured: the hop of a 0.2 ms Mooncake
-  ``batch_is_exist`` cost 60-250 us across CPUs and 10-15 us on one). The worker's
-  affinity is narrowed to that one CPU before it is woken (a syscall only when the
-  caller's CPU changed) and given back (its own mask from before) when its call is
-  abandoned, so a call left running never crowds its caller's CPU; a backlog call,
-  submitted from wherever, runs with the mask given back too. ``HICACHE_FOLLOW_CPU=0``
-  turns this off at import; an ``OSError`` (a cpuset that changed) turns it off for the
-  runner;
+  ``batch_is_exist`` cost 60-250 us across CPUs and 10-15 us on one). The caller narrows
+  the idle worker's affinity to its own CPU just before waking it, and the worker gives
+  itself its own mask back (from when it started) before it runs the call: the pin lasts
+  only the hand-off, so a call is never held to one CPU, and a thread that the call
+  starts (a client's connection pool, say) inherits the full mask, not the pin. Two
+  ``sched_setaffinity`` per call, 0.7 us each here. ``HICACHE_FOLLOW_CPU=0`` turns this
+  off at import; an ``OSError`` (a cpuset that changed) turns it off for the runner;
 * exceptions raised by the function are captured and returned to the waiter
   (:attr:`Call.error`); an exception in a late call is dropped (the waiter is gone).
 """
@@ -69,17 +69,7 @@ _FOLLOW = can_follow_cpu()
 class Call(Generic[T]):
     """One submitted function call and its outcome."""
 
-    __slots__ = (
-        "_done",
-        "_fn",
-        "_lock",
-        "abandoned",
-        "error",
-        "finished",
-        "on_late",
-        "result",
-        "started",
-    )
+    __slots__ = ("_done", "_fn", "_lock", "abandoned", "error", "finished", "on_late", "result", "started")
 
     def __init__(self, fn: Callable[[], T], on_late: Callable[[Call[T]], None] | None) -> None:
         self._fn = fn
@@ -214,7 +204,6 @@ class DeadlineRunner:
         except OSError as e:  # e.g. a cpuset changed under us: stop following
             self._follow = False
             log.debug("deadline runner: not placing workers on the caller's CPU (%s)", e)
-            self._unpin(w)
 
     @staticmethod
     def _unpin(w: _Worker) -> None:

@@ -231,6 +231,21 @@ def test_runner_wakes_worker_on_callers_cpu_and_runs_the_call_unpinned(
     assert all(e[2] == {a} for e in seen["off"])  # type: ignore[attr-defined]
 
 
+@pytest.mark.skipif(not can_follow_cpu(), reason="needs Linux and the native module")
+def test_runner_stops_following_when_affinity_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(pid: int, mask: Iterable[int]) -> None:
+        raise OSError(22, "Invalid argument")  # a cpuset that no longer holds the CPU
+
+    r = DeadlineRunner(1)
+    assert r.wait(r.submit(lambda: 1), 5)  # the worker exists and is idle
+    monkeypatch.setattr(os, "sched_setaffinity", refuse)
+    for i in range(3):  # every call still runs; the first refusal turns following off
+        c = r.submit(lambda i=i: i)  # type: ignore[misc]
+        assert r.wait(c, 5) and c.result == i
+    assert not r.follows_caller_cpu
+    r.shutdown()
+
+
 # -- staging pool -------------------------------------------------------------------------
 
 
