@@ -86,11 +86,12 @@ def test_more_cold_pages_than_held_descriptors(
     assert t.write(names, [segs(p) for p in pages]) == [True] * 5
     for n in names:
         _evict(root / n)
-    before = len(os.listdir("/proc/self/fd"))
+    _wait_for_startup_sweep(t)
+    before = _fds_under(root)
     outs = [np.zeros_like(p) for p in pages]
     assert t.read(names, [segs(o) for o in outs]) == [True] * 5
     assert all(np.array_equal(p, o) for p, o in zip(pages, outs))
-    assert len(os.listdir("/proc/self/fd")) == before  # no descriptor leaked
+    assert _fds_under(root) == before  # no descriptor leaked
 
 
 def test_no_descriptor_leaks_on_mixed_batch(make_transport: Make, root: Path) -> None:
@@ -99,8 +100,7 @@ def test_no_descriptor_leaks_on_mixed_batch(make_transport: Make, root: Path) ->
     t.write(["a", "b"], [segs(p)] * 2)
     os.truncate(root / "b", 10)
     os.mkdir(root / "d")
-    if t._cleanup is not None:  # the start-up sweep of stale temporaries lists the root
-        t._cleanup.result(10)  # on a pool thread: its directory descriptors close when it ends
+    _wait_for_startup_sweep(t)
     before = _fds_under(root)
     out = np.zeros_like(p)
     for _ in range(3):
@@ -108,6 +108,13 @@ def test_no_descriptor_leaks_on_mixed_batch(make_transport: Make, root: Path) ->
     # descriptors on the store's own files only: other tests' threads may open or close
     # unrelated descriptors of this process meanwhile
     assert _fds_under(root) == before
+
+
+def _wait_for_startup_sweep(t: FileTransport) -> None:
+    """The start-up sweep of stale temporaries lists the root on a pool thread, holding
+    directory descriptors until it ends: counting descriptors before then races it."""
+    if t._cleanup is not None:
+        t._cleanup.result(10)
 
 
 def _fds_under(root: Path) -> list[str]:
