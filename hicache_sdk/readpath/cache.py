@@ -137,8 +137,8 @@ class CacheState:
         if self._io is None:
             return fn()
         late = None if on_skip is None else (lambda c: None if c.started else on_skip())
-        call = self._io.submit(fn, on_late=late)
-        if self._io.wait(call, self.config.io_timeout_s or 0.0):
+        in_time, call = self._io.run(fn, self.config.io_timeout_s or 0.0, on_late=late)
+        if in_time:
             if call.error is not None:
                 raise call.error
             return call.result  # type: ignore[return-value]

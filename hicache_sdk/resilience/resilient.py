@@ -242,11 +242,11 @@ class ResilientTransport(Transport):
             self._judge(result, ok_if, brk)
             return _OK, result
         try:
-            call = self._runner.submit(job, self._late(release))
+            in_time, call = self._runner.run(job, timeout, self._late(release))
         except RuntimeError:  # shut down concurrently
             self._refuse("closed")
             return _REFUSED, None
-        if not self._runner.wait(call, timeout):
+        if not in_time:
             if on_abandon is not None:
                 on_abandon()
             self._metrics.count(f"deadline_{op}")
