@@ -128,6 +128,7 @@ class ResilientTransport(Transport):
         self._runner = DeadlineRunner(
             caller_threads + self._max_abandoned + 1, on_abandon_change=self._on_abandon_change
         )
+        self._late_plain = self._late(None)  # the hook of calls with no memory to release
         self._staging = StagingPool(
             int(config.staging_bytes),
             register=inner.register_memory,
@@ -225,11 +226,12 @@ class ResilientTransport(Transport):
         the call is abandoned. Returns ``(status, result)``; ``ValueError`` propagates."""
         inj = self._injector
         brk = breaker if breaker is not None else self._breaker
+        job = fn
+        if inj is not None:
 
-        def job() -> T:
-            if inj is not None:
+            def job() -> T:
                 inj.before(op)
-            return fn()
+                return fn()
 
         if timeout <= 0:
             try:
@@ -242,7 +244,9 @@ class ResilientTransport(Transport):
             self._judge(result, ok_if, brk)
             return _OK, result
         try:
-            in_time, call = self._runner.run(job, timeout, self._late(release))
+            in_time, call = self._runner.run(
+                job, timeout, self._late_plain if release is None else self._late(release)
+            )
         except RuntimeError:  # shut down concurrently
             self._refuse("closed")
             return _REFUSED, None
