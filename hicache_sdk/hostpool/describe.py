@@ -31,10 +31,8 @@ from hicache_sdk.hostpool.page_memory import (
 )
 from hicache_sdk.spec import pool_name_str
 
-try:  # the whole check in one C pass (optional extension; numpy names what is wrong)
-    from hicache_sdk import _hotpath
-except ImportError:  # pragma: no cover - built without a compiler
-    _hotpath = None  # type: ignore[assignment]
+# the whole check in one C pass (optional extension; numpy names what is wrong)
+from .._ext import hotpath as _hotpath
 
 __all__ = [
     "describe_pool",

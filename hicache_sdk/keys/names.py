@@ -21,10 +21,7 @@ import re
 from collections.abc import Sequence
 from typing import Optional
 
-try:  # the batch check in one C call (optional extension)
-    from .. import _hotpath
-except ImportError:  # pragma: no cover - built without a compiler
-    _hotpath = None  # type: ignore[assignment]
+from .._ext import hotpath as _hotpath  # the batch check in one C call (optional)
 
 __all__ = [
     "all_hex64",

@@ -21,6 +21,8 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
+from .._ext import native as _native
+
 __all__ = [
     "NATIVE",
     "Segment",
@@ -37,11 +39,6 @@ __all__ = [
 Segment = tuple[int, int]
 #: The scatter/gather list of one object.
 Segments = Sequence[Segment]
-
-try:
-    from .. import _native
-except ImportError:  # pragma: no cover - depends on the build
-    _native = None  # type: ignore[assignment]
 
 #: Whether the compiled copy module is in use.
 NATIVE = _native is not None

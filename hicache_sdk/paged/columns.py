@@ -37,10 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .objects import ObjectEngine
     from .pools import PoolState
 
-try:  # every segment list of a batch in one C call (optional extension)
-    from .. import _hotpath
-except ImportError:  # pragma: no cover - built without a compiler: numpy and comprehensions
-    _hotpath = None  # type: ignore[assignment]
+# every segment list of a batch in one C call (optional; else numpy and comprehensions)
+from .._ext import hotpath as _hotpath
 
 __all__ = ["Columns", "build_columns", "exists_columns", "read_columns", "write_columns"]
 

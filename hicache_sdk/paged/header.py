@@ -45,12 +45,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+# SHA-256 of a whole batch of page hashes in one call (optional C extension; else hashlib)
+from .._ext import hotpath as _hotpath
 from ..transport import Segment
-
-try:  # SHA-256 of a whole batch of page hashes in one call (optional C extension)
-    from .. import _hotpath
-except ImportError:  # pragma: no cover - built without a compiler: hashlib
-    _hotpath = None  # type: ignore[assignment]
 
 __all__ = [
     "FLAG_CHECKSUM",

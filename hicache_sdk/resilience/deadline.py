@@ -46,6 +46,8 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from .._ext import native as _native
+
 __all__ = ["Call", "DeadlineRunner"]
 
 log = logging.getLogger(__name__)
@@ -75,16 +77,12 @@ def _lock_post_wait(post: _LockBaton, wait: _LockBaton, timeout: float) -> bool:
     return wait.wait(timeout)
 
 
-_current_cpu: Callable[[], int] | None
+_current_cpu: Callable[[], int] | None = _native.current_cpu if _native is not None else None
 Baton: Callable[[], _LockBaton]
 post_wait: Callable[[_LockBaton, _LockBaton, float], bool]
-try:
-    from .._native import current_cpu as _current_cpu
-except ImportError:  # pragma: no cover - the native module did not build
-    _current_cpu = None
-try:
-    from .._native import Baton, post_wait  # type: ignore[assignment,no-redef]
-except ImportError:  # pragma: no cover - not built, or not Linux
+if _native is not None and hasattr(_native, "Baton"):  # Linux
+    Baton, post_wait = _native.Baton, _native.post_wait  # type: ignore[assignment]
+else:  # pragma: no cover - not built, or not Linux
     Baton, post_wait = _LockBaton, _lock_post_wait
 
 
