@@ -440,9 +440,32 @@ static int baton_deadline(double t, struct timespec *ts, int *forever) {
     return 0;
 }
 
+/* sem_wait until a CLOCK_MONOTONIC deadline. sem_clockwait is glibc 2.30+; elsewhere (older
+ * glibc, musl) the remaining time is turned into a CLOCK_REALTIME deadline per attempt. */
+static int sem_wait_until(sem_t *sem, const struct timespec *ts) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
+    return sem_clockwait(sem, CLOCK_MONOTONIC, ts);
+#else
+    struct timespec now, real;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    clock_gettime(CLOCK_REALTIME, &real);
+    long long left = (long long)(ts->tv_sec - now.tv_sec) * 1000000000LL + (ts->tv_nsec - now.tv_nsec);
+    if (left < 0) {
+        left = 0;
+    }
+    real.tv_sec += (time_t)(left / 1000000000LL);
+    real.tv_nsec += (long)(left % 1000000000LL);
+    if (real.tv_nsec >= 1000000000L) {
+        real.tv_sec += 1;
+        real.tv_nsec -= 1000000000L;
+    }
+    return sem_timedwait(sem, &real);
+#endif
+}
+
 /* Called with the GIL released. 1: posted to us; 0: timed out; -1: interrupted (EINTR). */
 static int baton_sleep(sem_t *sem, const struct timespec *ts, int forever) {
-    int rc = forever ? sem_wait(sem) : sem_clockwait(sem, CLOCK_MONOTONIC, ts);
+    int rc = forever ? sem_wait(sem) : sem_wait_until(sem, ts);
     if (rc == 0) {
         return 1;
     }
