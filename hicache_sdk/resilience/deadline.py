@@ -32,7 +32,7 @@ Edge cases:
   while still holding the GIL it needs at once costs two extra context switches on one CPU
   (measured with a 256-key Mooncake ``batch_is_exist``: 12 switches per call through the
   runner against 6 inline, the hop 40-45 us; with the native hand-off 7.5 switches and
-  5-15 us). Without the native module the hand-off is two Python locks (same behaviour);
+  0-14 us). Without the native module the hand-off is two Python locks (same behaviour);
 * exceptions raised by the function are captured and returned to the waiter
   (:attr:`Call.error`); an exception in a late call is dropped (the waiter is gone).
 """
