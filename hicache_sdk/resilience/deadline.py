@@ -122,8 +122,11 @@ class Call(Generic[T]):
         """Wait for the call to end (regardless of abandonment); True when it has."""
         return self._wait(timeout)
 
-    def _wait(self, timeout: float | None) -> bool:
-        if self._done.wait(-1.0 if timeout is None else max(timeout, 0.0)):
+    def _wait(self, timeout: float | None, wake: _LockBaton | None = None) -> bool:
+        """Wait for ``_done``; with ``wake``, post it first in the same native call (the
+        GIL given up before the worker wakes: module docs)."""
+        t = -1.0 if timeout is None else max(timeout, 0.0)
+        if self._done.wait(t) if wake is None else post_wait(wake, self._done, t):
             self._done.post()  # let every other waiter through too
             return True
         return False
@@ -210,12 +213,8 @@ class DeadlineRunner:
         the caller gives the GIL up, wakes it and sleeps in one native call (module docs)."""
         call: Call[T] = Call(fn, on_late)
         worker = self._assign(call)
-        if worker is None:
-            return self.wait(call, timeout), call
-        if post_wait(worker.wake, call._done, max(timeout, 0.0)):
-            call._done.post()  # as in Call._wait: let other waiters through
-            return True, call
-        return self._abandon(call), call
+        in_time = call._wait(timeout, None if worker is None else worker.wake) or self._abandon(call)
+        return in_time, call
 
     def _assign(self, call: Call[T]) -> _Worker | None:
         """Give ``call`` to the idle worker returned (placed on this CPU; the caller wakes
@@ -274,9 +273,7 @@ class DeadlineRunner:
         """Wait up to ``timeout`` seconds. True: the call ended in time and its
         ``result``/``error`` are the caller's. False: the call is now abandoned and its
         ``on_late`` hook will run when it ends."""
-        if call._wait(timeout):
-            return True
-        return self._abandon(call)
+        return call._wait(timeout) or self._abandon(call)
 
     def _abandon(self, call: Call[T]) -> bool:
         """The wait timed out: mark ``call`` abandoned, unless it finished in the meantime
