@@ -67,6 +67,12 @@
 #include <time.h>
 #endif
 
+#include "_native_sync.h"
+
+#ifdef __linux__
+int native_runner_add_types(PyObject *m); /* _native_runner.c: Runner, Call */
+#endif
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <emmintrin.h>
 #define HAVE_STREAM 1
@@ -419,59 +425,6 @@ static void baton_dealloc(Baton *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Timeout in seconds -> absolute CLOCK_MONOTONIC deadline; *forever = 1 for t < 0 or t too
- * large to matter (over 10 years). -1 with ValueError for NaN. */
-static int baton_deadline(double t, struct timespec *ts, int *forever) {
-    if (isnan(t)) {
-        PyErr_SetString(PyExc_ValueError, "timeout must be a number, got nan");
-        return -1;
-    }
-    *forever = t < 0 || t > 3.2e8;
-    if (!*forever) {
-        clock_gettime(CLOCK_MONOTONIC, ts);
-        double whole = (double)(long long)t;
-        ts->tv_sec += (time_t)whole;
-        ts->tv_nsec += (long)((t - whole) * 1e9);
-        if (ts->tv_nsec >= 1000000000L) {
-            ts->tv_sec += 1;
-            ts->tv_nsec -= 1000000000L;
-        }
-    }
-    return 0;
-}
-
-/* sem_wait until a CLOCK_MONOTONIC deadline. sem_clockwait is glibc 2.30+; elsewhere (older
- * glibc, musl) the remaining time is turned into a CLOCK_REALTIME deadline per attempt. */
-static int sem_wait_until(sem_t *sem, const struct timespec *ts) {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
-    return sem_clockwait(sem, CLOCK_MONOTONIC, ts);
-#else
-    struct timespec now, real;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    clock_gettime(CLOCK_REALTIME, &real);
-    long long left = (long long)(ts->tv_sec - now.tv_sec) * 1000000000LL + (ts->tv_nsec - now.tv_nsec);
-    if (left < 0) {
-        left = 0;
-    }
-    real.tv_sec += (time_t)(left / 1000000000LL);
-    real.tv_nsec += (long)(left % 1000000000LL);
-    if (real.tv_nsec >= 1000000000L) {
-        real.tv_sec += 1;
-        real.tv_nsec -= 1000000000L;
-    }
-    return sem_timedwait(sem, &real);
-#endif
-}
-
-/* Called with the GIL released. 1: posted to us; 0: timed out; -1: interrupted (EINTR). */
-static int baton_sleep(sem_t *sem, const struct timespec *ts, int forever) {
-    int rc = forever ? sem_wait(sem) : sem_wait_until(sem, ts);
-    if (rc == 0) {
-        return 1;
-    }
-    return errno == EINTR ? -1 : 0;
-}
-
 /* post (may be NULL) then wait on `wait`; the GIL is released for both. */
 static PyObject *baton_run(Baton *post, Baton *wait, double t) {
     struct timespec ts = {0, 0};
@@ -592,7 +545,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     }
     PyObject *m = PyModule_Create(&module);
 #ifdef __linux__
-    if (m != NULL && (PyType_Ready(&BatonType) < 0 || PyModule_AddObjectRef(m, "Baton", (PyObject *)&BatonType) < 0)) {
+    if (m != NULL && (PyType_Ready(&BatonType) < 0 || PyModule_AddObjectRef(m, "Baton", (PyObject *)&BatonType) < 0 ||
+                      native_runner_add_types(m) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

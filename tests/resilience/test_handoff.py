@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 import hicache_sdk.resilience.deadline as deadline
-from hicache_sdk.resilience.deadline import DeadlineRunner, _lock_post_wait, _LockBaton
+from hicache_sdk.resilience.deadline import (
+    DeadlineRunner,
+    PyDeadlineRunner,
+    _lock_post_wait,
+    _LockBaton,
+    native_runner,
+)
 
 try:
     from hicache_sdk._native import Baton as NativeBaton
@@ -29,11 +35,27 @@ if NativeBaton is not None:
 
 @pytest.fixture(params=IMPLS)
 def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
-    """Each hand-off implementation, installed in the runner's module."""
+    """Each hand-off implementation, installed in the Python runner's module."""
     baton, post_wait = request.param
     monkeypatch.setattr(deadline, "Baton", baton)
     monkeypatch.setattr(deadline, "post_wait", post_wait)
     yield baton, post_wait
+
+
+RUNNER_IMPLS = [pytest.param((PyDeadlineRunner, p.values[0]), id=f"py-{p.id}") for p in IMPLS]
+if native_runner():
+    RUNNER_IMPLS.insert(0, pytest.param((DeadlineRunner, None), id="native-runner"))
+
+
+@pytest.fixture(params=RUNNER_IMPLS)
+def any_runner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type[PyDeadlineRunner]:
+    """Every runner: the native core, and the Python one with each hand-off installed."""
+    cls, batons = request.param
+    if batons is not None:
+        monkeypatch.setattr(deadline, "Baton", batons[0])
+        monkeypatch.setattr(deadline, "post_wait", batons[1])
+    runner: type[PyDeadlineRunner] = cls
+    return runner
 
 
 def test_baton_post_wait_and_timeout(impl: tuple[Any, Any]) -> None:
@@ -145,7 +167,7 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, object, object]]:
 def test_runner_hands_off_with_post_wait_both_ways(
     impl: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    r = DeadlineRunner(1, name="handoff")
+    r = PyDeadlineRunner(1, name="handoff")
     ok, first = r.run(lambda: 1, 5.0)  # spawns the worker (no idle one to hand to yet)
     assert ok and first.result == 1 and r.drain(5)
     worker = r._idle[-1]
@@ -161,9 +183,9 @@ def test_runner_hands_off_with_post_wait_both_ways(
     r.shutdown()
 
 
-def test_runner_run_result_error_abandon_backlog(impl: tuple[Any, Any]) -> None:
+def test_runner_run_result_error_abandon_backlog(any_runner: type[PyDeadlineRunner]) -> None:
     changes: list[int] = []
-    r = DeadlineRunner(1, on_abandon_change=changes.append)
+    r = any_runner(1, on_abandon_change=changes.append)
     for i in range(50):  # back-to-back: the same worker, woken by post_wait every time
         ok, call = r.run(lambda i=i: i * 2, 5.0)  # type: ignore[misc]
         assert ok and call.result == i * 2 and call.error is None
@@ -189,8 +211,8 @@ def test_runner_run_result_error_abandon_backlog(impl: tuple[Any, Any]) -> None:
         r.run(lambda: None, 1.0)
 
 
-def test_runner_submit_and_run_mix_under_threads(impl: tuple[Any, Any]) -> None:
-    r = DeadlineRunner(3)
+def test_runner_submit_and_run_mix_under_threads(any_runner: type[PyDeadlineRunner]) -> None:
+    r = any_runner(3)
     errors: list[BaseException] = []
 
     def client(k: int, use_run: bool) -> None:

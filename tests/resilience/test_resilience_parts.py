@@ -17,7 +17,7 @@ from resilience_fakes import Buf, Cfg, FakeClock, MisbehavingTransport
 
 from hicache_sdk.resilience import FailureInjector, Metrics, set_inside_sglang, wrap_transport
 from hicache_sdk.resilience.breaker import CircuitBreaker
-from hicache_sdk.resilience.deadline import DeadlineRunner, can_follow_cpu
+from hicache_sdk.resilience.deadline import PyDeadlineRunner, can_follow_cpu
 from hicache_sdk.resilience.inject import is_inside_sglang
 from hicache_sdk.resilience.staging import MIN_BUFFER, StagingPool
 from hicache_sdk.resilience.transfers import _slots, chunk_bounds
@@ -104,9 +104,9 @@ def test_breaker_matches_reference_model(events: list[str], threshold: int) -> N
 # -- deadline runner ----------------------------------------------------------------------
 
 
-def test_runner_result_error_and_abandon() -> None:
+def test_runner_result_error_and_abandon(runner_cls: type[PyDeadlineRunner]) -> None:
     changes: list[int] = []
-    r = DeadlineRunner(2, on_abandon_change=changes.append)
+    r = runner_cls(2, on_abandon_change=changes.append)
     c = r.submit(lambda: 42)
     assert r.wait(c, 5) and c.result == 42 and c.error is None
     c = r.submit(lambda: 1 / 0)
@@ -123,11 +123,11 @@ def test_runner_result_error_and_abandon() -> None:
     with pytest.raises(RuntimeError):
         r.submit(lambda: 0)
     with pytest.raises(ValueError, match="max_workers"):
-        DeadlineRunner(0)
+        runner_cls(0)
 
 
-def test_runner_skips_call_abandoned_in_queue() -> None:
-    r = DeadlineRunner(1)
+def test_runner_skips_call_abandoned_in_queue(runner_cls: type[PyDeadlineRunner]) -> None:
+    r = runner_cls(1)
     gate = threading.Event()
     ran: list[int] = []
     first = r.submit(gate.wait)
@@ -142,8 +142,8 @@ def test_runner_skips_call_abandoned_in_queue() -> None:
     r.shutdown()
 
 
-def test_runner_is_bounded_and_reuses_threads() -> None:
-    r = DeadlineRunner(3)
+def test_runner_is_bounded_and_reuses_threads(runner_cls: type[PyDeadlineRunner]) -> None:
+    r = runner_cls(3)
     for _ in range(20):
         c = r.submit(lambda: threading.current_thread().name)
         assert r.wait(c, 5)
@@ -194,8 +194,8 @@ def test_runner_wakes_worker_on_callers_cpu_and_runs_the_call_unpinned(
 
     def caller() -> None:  # a thread of its own: pinning it leaves the test's thread alone
         me = threading.get_native_id()
-        r = DeadlineRunner(1)
-        off = DeadlineRunner(1, follow_caller_cpu=False)
+        r = PyDeadlineRunner(1)
+        off = PyDeadlineRunner(1, follow_caller_cpu=False)
         try:
             seen["follows"] = (r.follows_caller_cpu, off.follows_caller_cpu)
             c = r.submit(job)  # spawns the worker (with this thread's full mask)
@@ -236,7 +236,7 @@ def test_runner_stops_following_when_affinity_is_refused(monkeypatch: pytest.Mon
     def refuse(pid: int, mask: Iterable[int]) -> None:
         raise OSError(22, "Invalid argument")  # a cpuset that no longer holds the CPU
 
-    r = DeadlineRunner(1)
+    r = PyDeadlineRunner(1)
     assert r.wait(r.submit(lambda: 1), 5)  # the worker exists and is idle
     monkeypatch.setattr(os, "sched_setaffinity", refuse)
     for i in range(3):  # every call still runs; the first refusal turns following off
