@@ -10,7 +10,10 @@
  * records(hashes, templates, digest_at) -> bytearray: every page's integrity record, built
  *   from a per-column template with the page digest written in (SHA-256 as above).
  * names(hashes, prefix, suffix, fanout) -> list[str] | None: object names of a batch.
+ * plan_names(prefix, suffixes, fanout, hex_only, keys) -> list[str] | None: the key check and
+ *   every column's names of a batch in one call (a key scheme's NamePlan; see the function).
  * all_hex64(items) -> bool: every item is a str of exactly 64 lowercase hex characters.
+ * count_is(items, obj) -> int: how many items are obj (by identity).
  * page_starts(address, count, itemsize, page_size, pool_size) -> list[int] | None: the start
  *   slot of each page of a host-indices array (int64 or int32 at address), or None when any
  *   page is not page_size consecutive slots from an aligned, non-negative start within the
@@ -446,6 +449,108 @@ done:
     return out;
 }
 
+/* Whether the compact-ASCII text d[0:n] is a page hash the checked path accepts: hex_only,
+ * exactly 64 lowercase hex chars (check_hex_page_hash); else a non-empty plain fragment of
+ * printable ASCII without '/', '\\' or ".." (a subset of check_plain_fragment's rule: any
+ * other text goes to the checked path, which decides). */
+static int plan_hash_ok(const unsigned char *d, Py_ssize_t n, int hex_only) {
+    if (hex_only) {
+        if (n != 64)
+            return 0;
+        unsigned char bad = 0;
+        for (int k = 0; k < 64; k++)
+            bad |= (unsigned char)((unsigned char)(d[k] - '0') > 9) & (unsigned char)((unsigned char)(d[k] - 'a') > 5);
+        return !bad;
+    }
+    if (n == 0)
+        return 0;
+    /* no early exit, no branch: a loop the compiler vectorises (SGLang's hashes are 64 chars) */
+    unsigned char bad = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        unsigned char c = d[k];
+        bad |= (unsigned char)((unsigned char)(c - 0x20) > 0x5e) | (unsigned char)(c == '/') |
+               (unsigned char)(c == '\\');
+    }
+    for (Py_ssize_t k = 0; k + 1 < n; k++)
+        bad |= (unsigned char)(d[k] == '.') & (unsigned char)(d[k + 1] == '.');
+    return !bad;
+}
+
+/* plan_names(prefix, suffixes, fanout, hex_only, keys) -> list[str] | None: the names of a
+ * batch by a key scheme's name plan (keys/scheme_base.py NamePlan), column-major: for each
+ * suffix, prefix + (h[:fanout] + "/" if fanout) + h + suffix for every h of keys. Also the
+ * key check: keys must be a list or tuple of compact-ASCII str that pass plan_hash_ok; None
+ * for anything else (the checked path then raises the precise error, or accepts). */
+static PyObject *plan_names(PyObject *self, PyObject *args) {
+    PyObject *keys, *prefix, *suffixes;
+    Py_ssize_t fanout;
+    int hex_only;
+    if (!PyArg_ParseTuple(args, "UO!npO:plan_names", &prefix, &PyTuple_Type, &suffixes, &fanout, &hex_only, &keys))
+        return NULL;
+    if (!(PyList_CheckExact(keys) || PyTuple_CheckExact(keys)) || !PyUnicode_IS_COMPACT_ASCII(prefix) || fanout < 0)
+        Py_RETURN_NONE;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys), n_cols = PyTuple_GET_SIZE(suffixes);
+    PyObject **items = PySequence_Fast_ITEMS(keys);
+    for (Py_ssize_t c = 0; c < n_cols; c++) {
+        PyObject *q = PyTuple_GET_ITEM(suffixes, c);
+        if (!PyUnicode_Check(q) || !PyUnicode_IS_COMPACT_ASCII(q))
+            Py_RETURN_NONE;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *h = items[i];
+        if (!PyUnicode_CheckExact(h) || !PyUnicode_IS_COMPACT_ASCII(h) || PyUnicode_GET_LENGTH(h) < fanout ||
+            !plan_hash_ok((const unsigned char *)PyUnicode_DATA(h), PyUnicode_GET_LENGTH(h), hex_only))
+            Py_RETURN_NONE;
+    }
+    Py_ssize_t lp = PyUnicode_GET_LENGTH(prefix), f = fanout ? fanout + 1 : 0;
+    const char *p = (const char *)PyUnicode_DATA(prefix);
+    PyObject *out = PyList_New(n * n_cols);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t c = 0; c < n_cols; c++) {
+        PyObject *qs = PyTuple_GET_ITEM(suffixes, c);
+        Py_ssize_t ls = PyUnicode_GET_LENGTH(qs);
+        const char *q = (const char *)PyUnicode_DATA(qs);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *h = items[i];
+            Py_ssize_t lh = PyUnicode_GET_LENGTH(h);
+            const char *hd = (const char *)PyUnicode_DATA(h);
+            PyObject *name = PyUnicode_New(lp + f + lh + ls, 127);
+            if (name == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+            char *d = (char *)PyUnicode_DATA(name);
+            memcpy(d, p, (size_t)lp);
+            if (fanout) {
+                memcpy(d + lp, hd, (size_t)fanout);
+                d[lp + fanout] = '/';
+            }
+            memcpy(d + lp + f, hd, (size_t)lh);
+            memcpy(d + lp + f + lh, q, (size_t)ls);
+            PyList_SET_ITEM(out, c * n + i, name);
+        }
+    }
+    return out;
+}
+
+/* count_is(items, obj) -> int: how many items are obj (identity, no comparison: list.count
+ * compares, and an int against None costs two NotImplemented round trips per item). */
+static PyObject *count_is(PyObject *self, PyObject *args) {
+    PyObject *seq_in, *obj;
+    if (!PyArg_ParseTuple(args, "OO:count_is", &seq_in, &obj))
+        return NULL;
+    PyObject *seq = PySequence_Fast(seq_in, "count_is() expects a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), k = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++)
+        k += items[i] == obj;
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(k);
+}
+
 static PyObject *set_accelerated(PyObject *self, PyObject *args) {
     int on = -1;
     if (!PyArg_ParseTuple(args, "|i", &on))
@@ -464,6 +569,9 @@ static PyMethodDef methods[] = {
     {"sha256_each", sha256_each, METH_O, "sha256_each(items) -> bytes: 32-byte digests, concatenated"},
     {"records", records, METH_VARARGS, "records(hashes, templates, digest_at) -> bytearray of rows"},
     {"names", names, METH_VARARGS, "names(hashes, prefix, suffix, fanout) -> list[str] | None (not ASCII)"},
+    {"count_is", count_is, METH_VARARGS, "count_is(items, obj) -> how many items are obj"},
+    {"plan_names", plan_names, METH_VARARGS,
+     "plan_names(prefix, suffixes, fanout, hex_only, keys) -> list[str] | None (checked path needed)"},
     {"rows", rows, METH_VARARGS, "rows(starts, page_size, runs, trailer_at, trailer_size) -> list of segment lists"},
     {"all_hex64", all_hex64, METH_O, "all_hex64(items) -> whether every item is 64 lowercase hex chars"},
     {"page_starts", page_starts, METH_VARARGS,

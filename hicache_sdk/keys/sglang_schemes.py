@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from .names import all_hex64, batch_names, check_plain_fragment, sanitize_component, sglang_model_name
-from .scheme_base import KeyScheme, ObjectSpec
+from .scheme_base import KeyScheme, NamePlan, ObjectSpec
 from .topology import Topology, _model_of, _reject_namespace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,15 +105,22 @@ class SGLangFileKeyScheme(_SGLangNamedScheme):
                 check_plain_fragment(h, "page_hash")
         if not pool.has_buffer:
             return []
-        pool_name = sanitize_component(pool.name)
-        if pool_name == "kv":
-            suffix = f"{self.config_suffix}.bin"
-        else:
-            cfg = self.tp_config_suffix if pool_name == "mamba" else self.config_suffix
-            suffix = f".{pool_name}{cfg}.bin"
-        names = batch_names(page_hashes, "", suffix)
+        names = batch_names(page_hashes, "", self._name_suffix(pool))
         self.check_storable(page_hashes, names)
         return names
+
+    def _name_suffix(self, pool: PoolLayout) -> str:
+        """What follows the page hash in the name of a page of ``pool``."""
+        pool_name = sanitize_component(pool.name)
+        if pool_name == "kv":
+            return f"{self.config_suffix}.bin"
+        cfg = self.tp_config_suffix if pool_name == "mamba" else self.config_suffix
+        return f".{pool_name}{cfg}.bin"
+
+    def name_plan(self, pool: PoolLayout) -> NamePlan | None:
+        if not pool.has_buffer or self._storable is not None:
+            return None
+        return NamePlan("", (self._name_suffix(pool),), 0, False)
 
     def clear_prefix(self) -> str:
         return ""
@@ -254,19 +261,38 @@ class SGLangMooncakeKeyScheme(_SGLangNamedScheme):
                 check_plain_fragment(h, "page_hash")
         if not page_hashes:
             return []
-        pre = f"{self.config_prefix}_" if self.config_prefix else ""
-        shape = self._suffixes.get(pool)
-        if shape is None:  # the suffixes depend on the pool, never on the hash: derive once
-            first = page_hashes[0]
-            tagged = f"{pre}{first}"
-            shape = [(spec.name[len(tagged) :], spec.segments) for spec in self.page_objects(first, pool)]
-            self._suffixes[pool] = shape
+        pre = self._name_prefix()
         out = []
-        for suffix, segments in shape:
+        for suffix, segments in self._shape(pool, page_hashes[0]):
             names = batch_names(page_hashes, pre, suffix)
             self.check_storable(page_hashes, names)
             out.append((names, segments))
         return out
+
+    def _name_prefix(self) -> str:
+        return f"{self.config_prefix}_" if self.config_prefix else ""
+
+    def _shape(self, pool: PoolLayout, page_hash: str) -> list[tuple[str, tuple[int, ...]]]:
+        """Each object's name suffix and segments for a page of ``pool`` (derived from the
+        page ``page_hash``, once: they depend on the pool, never on the hash). ``ValueError``
+        for a pool the scheme refuses."""
+        shape = self._suffixes.get(pool)
+        if shape is None:
+            tagged = f"{self._name_prefix()}{page_hash}"
+            shape = [
+                (spec.name[len(tagged) :], spec.segments) for spec in self._page_objects(page_hash, pool)
+            ]
+            self._suffixes[pool] = shape
+        return shape
+
+    def name_plan(self, pool: PoolLayout) -> NamePlan | None:
+        if not pool.has_buffer or self._storable is not None:
+            return None
+        try:
+            shape = self._shape(pool, "0" * 64)
+        except ValueError:  # a pool this scheme refuses: the checked path says why
+            return None
+        return NamePlan(self._name_prefix(), tuple(suffix for suffix, _ in shape), 0, False)
 
     def _mamba(self, tagged: str, pool: PoolLayout) -> list[ObjectSpec]:
         mha = self._mha(pool)

@@ -1,10 +1,22 @@
-"""Batch helpers: the contract's "first write wins" for a name given twice in one batch."""
+"""Batch helpers: the contract's "first write wins" for a name given twice in one batch,
+and counting answers by identity."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["first_occurrences"]
+from .._ext import hotpath as _hotpath
+
+__all__ = ["count_is", "first_occurrences"]
+
+
+def count_is(items: Sequence[object], obj: object) -> int:
+    """How many of ``items`` *are* ``obj`` (identity): ``list.count`` compares instead,
+    and an ``int`` against ``None`` costs two ``NotImplemented`` round trips per item (5 us
+    for a 256-answer ``exists``; one C pass here)."""
+    if _hotpath is not None:
+        return _hotpath.count_is(items, obj)
+    return sum(1 for x in items if x is obj)
 
 
 def first_occurrences(names: Sequence[str]) -> tuple[list[int], list[int]] | None:

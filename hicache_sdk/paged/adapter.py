@@ -54,7 +54,7 @@ from ..spec import (
     pool_name_str,
 )
 from ..transport import Transport
-from .columns import build_columns, exists_columns, read_columns, write_columns
+from .columns import ExistsPlan, build_columns, exists_columns, read_columns, write_columns
 from .legacy import LegacyPathMixin
 from .objects import ObjectEngine, ObjectIO
 from .plumbing import ObjectPathMixin
@@ -128,6 +128,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         self._engine = ObjectEngine(self.transport, self.metrics, checksum=bool(self.config.checksum))
         self._lock = threading.Lock()
         self._kv: PoolState | None = None
+        self._kv_exists: ExistsPlan | None = None
         self._pools: dict[str, PoolState] = {}
         self._closed = False
 
@@ -182,6 +183,14 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
     def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
         """Consecutive pages from the start whose KV object(s) exist with the expected
         size (one transport call). A wrong-sized object is missing and gets deleted."""
+        plan = self._kv_exists
+        if plan is not None:  # the names in one C call, which also vouches for the keys
+            names = plan.names(keys)
+            if names is not None:
+                t0 = time.perf_counter()
+                hits = 0 if self._closed else self._engine.exists_pages(names, len(keys), plan.sizes)
+                self.metrics.record("exists", pages=hits, seconds=time.perf_counter() - t0)
+                return hits
         kv = self._require_kv_bytes("batch_exists")
         keys = check_keys(keys)
         cols = build_columns(kv, self.scheme, keys, None)

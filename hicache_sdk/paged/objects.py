@@ -126,14 +126,57 @@ class ObjectEngine:
         if not names:
             return []
         unique = names if distinct else list(dict.fromkeys(names))
+        found = self._ask_exists(unique)
+        if found is None:
+            return [False] * len(names)
+        return self._present(names, sizes, unique, found)
+
+    def exists_pages(self, names: list[str], n_pages: int, col_sizes: Sequence[int]) -> int:
+        """How many pages, from the first, have every object present with its stored size:
+        ``names`` column-major (object ``c`` of page ``i`` at ``c * n_pages + i``), column
+        ``c``'s objects of stored size ``col_sizes[c]``. One transport call with the names
+        as given (a repeated name is simply asked again: the transport answers it alike);
+        wrong-sized objects are missing and deleted, as in :meth:`exists_named`."""
+        if not names:
+            return n_pages
+        try:  # _ask_exists, inline: this is the hot path of every prefix lookup
+            found = self.transport.exists(names)
+        except Exception as e:
+            self._failed("exists", e)
+            return 0
+        if len(found) != len(names):
+            self._failed("exists", TransportError("exists returned a wrong number of answers", "protocol"))
+            return 0
+        if found.count(SIZE_UNKNOWN) == len(found):  # all present, no sizes (Mooncake): one C scan
+            return n_pages
+        sizes = [s for s in col_sizes for _ in range(n_pages)]
+        if found == sizes:  # all present, right sizes
+            return n_pages
+        ok = self._present(names, sizes, names, found)
+        k = len(col_sizes)
+        for i in range(n_pages):
+            if not all(ok[c * n_pages + i] for c in range(k)):
+                return i
+        return n_pages
+
+    def _ask_exists(self, names: Sequence[str]) -> list[int | None] | None:
+        """The transport's answers for ``names``; ``None`` (counted) when it failed."""
         try:
-            found = self.transport.exists(unique)
-            if len(found) != len(unique):
+            found = self.transport.exists(names)
+            if len(found) != len(names):
                 raise TransportError("exists returned a wrong number of answers", "protocol")
         except Exception as e:
             self._failed("exists", e)
-            return [False] * len(names)
-        if len(unique) == len(names):
+            return None
+        return found
+
+    def _present(
+        self, names: Sequence[str], sizes: Sequence[int], asked: Sequence[str], found: list[int | None]
+    ) -> list[bool]:
+        """Per name: present with its expected size (``SIZE_UNKNOWN`` counts as present),
+        given ``found``, the answers for ``asked`` (``names`` or its distinct names). Names
+        of the wrong size are deleted."""
+        if len(asked) == len(names):
             if found[0] == SIZE_UNKNOWN and found.count(SIZE_UNKNOWN) == len(found):
                 return [True] * len(names)  # all present, no sizes (Mooncake): one C-speed count
             kinds = set(found)
@@ -141,7 +184,7 @@ class ObjectEngine:
                 return [True] * len(names) if None not in kinds else [f is not None for f in found]
             if found == list(sizes):  # all present, right sizes
                 return [True] * len(names)
-        by_name = dict(zip(unique, found))
+        by_name = dict(zip(asked, found))
         out: list[bool] = []
         bad: list[str] = []
         for name, want in zip(names, sizes):

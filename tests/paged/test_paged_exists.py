@@ -31,14 +31,18 @@ def test_batch_exists_matches_brute_force(present: list[bool], salt: int) -> Non
     drop_store(store)
 
 
-def test_batch_exists_one_call_deduped(make_storage: StorageFactory) -> None:
+def test_batch_exists_one_call_with_the_names_as_given(make_storage: StorageFactory) -> None:
+    """One transport call; a repeated page key is asked again rather than deduplicated
+    (the transport answers duplicates alike, and a set of every batch's keys would cost
+    each query more than the rare repeat saves)."""
     s = make_storage(randomize(mha(), 1), cls=RecordingStorage)
     k = [hkey(0), hkey(1), hkey(0)]
     s.batch_set_v1(k[:2], scattered_slots(s.mem_pool_host, 2))
     s.raw_transport.calls.clear()  # type: ignore[attr-defined]
     assert s.batch_exists(k) == 3
+    assert s.batch_exists([*k, hkey(2), hkey(0)]) == 3
     calls = s.raw_transport.calls  # type: ignore[attr-defined]
-    assert [c[0] for c in calls] == ["exists"] and len(calls[0][1]) == 2
+    assert [c[0] for c in calls] == ["exists", "exists"] and [len(c[1]) for c in calls] == [3, 5]
 
 
 def _setup(make_storage: StorageFactory, logical: bool = False):  # type: ignore[no-untyped-def]

@@ -165,3 +165,27 @@ def test_page_records_native_equals_digests_and_templates(payloads: list[int]) -
         mp.setattr(header, "_hotpath", None)
         assert (header.page_records(identity, keys, payloads) == want).all()
     assert header.page_records(identity, [], payloads).shape == (0, header.TRAILER_SIZE)
+
+
+@given(items=st.lists(st.sampled_from([None, -1, 0, 1, 4096, "x", b"x", 2.5]), max_size=40))
+def test_count_is_counts_by_identity(items: list[object]) -> None:
+    from hicache_sdk.kit import batches
+
+    for obj in (None, -1, "x"):
+        want = sum(1 for x in items if x is obj)
+        assert _hotpath.count_is(items, obj) == want == batches.count_is(items, obj)
+        assert _hotpath.count_is(tuple(items), obj) == want
+    with pytest.raises(TypeError, match="expects a sequence"):
+        _hotpath.count_is(5, None)
+
+
+def test_plan_names_checks_its_arguments() -> None:
+    h = "a" * 64
+    assert _hotpath.plan_names("p/", ("", "_v"), 2, True, [h]) == [f"p/aa/{h}", f"p/aa/{h}_v"]
+    assert _hotpath.plan_names("p_", ("_k",), 0, False, []) == []
+    assert _hotpath.plan_names("p_", ("_k",), 0, True, ["A" * 64]) is None  # hex_only: lowercase hex
+    assert _hotpath.plan_names("p_", ("_k",), 0, True, ["a" * 63]) is None
+    assert _hotpath.plan_names("é", ("_k",), 0, False, [h]) is None  # not ASCII: the checked path
+    assert _hotpath.plan_names("p_", ("é",), 0, False, [h]) is None
+    with pytest.raises(TypeError):
+        _hotpath.plan_names("p_", ["_k"], 0, False, [h])  # suffixes: a tuple
