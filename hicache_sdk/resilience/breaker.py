@@ -13,6 +13,12 @@ A *hold* (:meth:`CircuitBreaker.set_held`) forces ``"open"`` regardless of failu
 resilience layer holds the breaker while the abandoned-call budget is exhausted and
 releases it when abandoned calls drain; releasing returns to the underlying state.
 
+Two plain attributes let a hot path skip the lock: ``passing`` (``allow()`` would answer
+``(True, False)``: closed and not held) and ``quiet`` (passing with no failure counted, so
+``record_success()`` would change nothing). They are rewritten under the lock at every
+change and read without it: a reader racing a change sees the state just before or just
+after it, which a breaker's counting tolerates.
+
 Edge cases: a probe that is never reported (the caller died) would wedge the breaker in
 ``half_open``; so a probe older than ``reset_s`` is considered lost and another is allowed.
 ``reset_s == 0`` lets a probe through on every call while open.
@@ -59,6 +65,8 @@ class CircuitBreaker:
         self._held = False
         self._on_state = on_state
         self._last_visible = self._state
+        self.passing = self._state == CLOSED
+        self.quiet = self.passing
 
     @property
     def state(self) -> str:
@@ -128,6 +136,8 @@ class CircuitBreaker:
         self._notify(changed)
 
     def _changed_locked(self) -> str | None:
+        self.passing = self._state == CLOSED and not self._held
+        self.quiet = self.passing and self._consecutive == 0
         visible = OPEN if self._held else self._state
         if visible == self._last_visible:
             return None

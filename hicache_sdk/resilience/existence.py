@@ -12,9 +12,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ..errors import TransportError
+from ..kit.batches import count_is
 
 if TYPE_CHECKING:  # pragma: no cover
     from .resilient import ResilientTransport
@@ -23,6 +25,8 @@ __all__ = ["EXISTS_CHUNK", "exists_chunked", "run_exists"]
 
 #: The most keys one ``exists`` call of the transport is asked at a time.
 EXISTS_CHUNK = 4096
+
+_UNANSWERED = object()  # no answer to judge: refused, or abandoned at the deadline
 
 
 def _answers(got: object, n: int) -> list[int | None]:
@@ -78,8 +82,52 @@ def exists_chunked(rt: ResilientTransport, keys: Sequence[str], out: list[int | 
 
 def run_exists(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None]:
     """:meth:`ResilientTransport.exists <.resilient.ResilientTransport.exists>`: admission
-    (both breakers), the chunked query, metrics."""
+    (both breakers), the chunked query, metrics.
+
+    The usual query -- one chunk, the transfer breaker letting calls through, the exists
+    breaker with no failure counted, no injector -- is answered first, in this frame: the
+    same outcomes, metrics and breaker accounting as the general path below, without
+    asking the breakers (nothing to ask) or a call per step (every prefix lookup pays
+    them: ``docs/backends/mooncake.md``)."""
     n = len(keys)
+    if 0 < n <= EXISTS_CHUNK and rt._breaker.passing and rt._exists_breaker.quiet and rt._injector is None:
+        t0 = time.perf_counter()
+        brk = rt._exists_breaker
+        err: BaseException | None = None
+        got: object = _UNANSWERED
+        if rt._closed:
+            rt._refuse("closed")
+        elif rt._exists_s > 0:
+            try:
+                in_time, call = rt._runner.run(partial(rt._inner.exists, keys), rt._exists_s, rt._late_plain)
+            except RuntimeError:  # shut down concurrently
+                rt._refuse("closed")
+            else:
+                if in_time:
+                    err, got = call.error, call.result
+                else:
+                    rt._abandoned("exists", brk)
+        else:
+            try:
+                got = rt._inner.exists(keys)
+            except Exception as e:
+                err = e
+        if err is None and got is not _UNANSWERED and (not isinstance(got, list) or len(got) != n):
+            err = TransportError("exists returned a wrong number of answers", "transport_contract")
+        if err is not None:
+            if isinstance(err, ValueError):
+                raise err
+            rt._failed(err, brk)
+        elif got is not _UNANSWERED:
+            if not brk.quiet:  # a failure was counted meanwhile: this success resets it
+                brk.record_success()
+            answers: list[int | None] = got  # type: ignore[assignment]
+            rt._metrics.record(
+                "t_exists", pages=n - count_is(answers, None), seconds=time.perf_counter() - t0
+            )
+            return answers
+        rt._metrics.record("t_exists", seconds=time.perf_counter() - t0, ok=False)
+        return [None] * n
     if n == 0:
         return []
     t0 = time.perf_counter()
@@ -108,7 +156,7 @@ def run_exists(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None]:
             ok = exists_chunked(rt, keys, out)
         if probe and not rt._probe_health:
             (rt._breaker.record_success if ok else rt._breaker.record_failure)()
-        rt._record("t_exists", t0, n - out.count(None), 0, ok)
+        rt._record("t_exists", t0, n - count_is(out, None), 0, ok)
         return out
     rt._record("t_exists", t0, 0, 0, False)
     return [None] * n

@@ -253,10 +253,7 @@ class ResilientTransport(Transport):
         if not in_time:
             if on_abandon is not None:
                 on_abandon()
-            self._metrics.count(f"deadline_{op}")
-            self._metrics.count(ABANDON_COUNTER[op])
-            self._metrics.error("deadline")
-            brk.record_failure()
+            self._abandoned(op, brk)
             return _ABANDONED, None
         if call.error is not None:
             if isinstance(call.error, ValueError):
@@ -265,6 +262,13 @@ class ResilientTransport(Transport):
             return _FAILED, None
         self._judge(call.result, ok_if, brk)  # type: ignore[arg-type]
         return _OK, call.result
+
+    def _abandoned(self, op: str, brk: CircuitBreaker) -> None:
+        """Account for a call of ``op`` that missed its deadline (it runs on, abandoned)."""
+        self._metrics.count(f"deadline_{op}")
+        self._metrics.count(ABANDON_COUNTER[op])
+        self._metrics.error("deadline")
+        brk.record_failure()
 
     @staticmethod
     def _judge(result: T, ok_if: Callable[[T], bool] | None, brk: CircuitBreaker) -> None:
@@ -292,10 +296,9 @@ class ResilientTransport(Transport):
 
     # -- Transport ------------------------------------------------------------------
 
-    def exists(self, keys: Sequence[str]) -> list[int | None]:
-        """Sizes / ``None``; all ``None`` when refused or failed, and ``None`` past the
-        answered prefix at the exists deadline (see the module docs)."""
-        return run_exists(self, keys)
+    #: Sizes / ``None``; all ``None`` when refused or failed, and ``None`` past the answered
+    #: prefix at the exists deadline (see the module docs and :func:`.existence.run_exists`).
+    exists = run_exists
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """See :meth:`Transport.read`; misses on refusal, failure, deadline or no staging."""

@@ -106,7 +106,9 @@ class MooncakeTransport(Transport):
         self._store: Any = None
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._inflight = 0
+        #: one entry per native call in flight (``list.append`` / ``pop`` are atomic under
+        #: the GIL: no lock on the hot path; see :meth:`_enter`)
+        self._running: list[None] = []
         self._closed = False
         self._registered: dict[int, int] = {}
         self._suspects: dict[str, float] = {}
@@ -181,21 +183,32 @@ class MooncakeTransport(Transport):
 
     # -- call accounting ----------------------------------------------------------------
     def _enter(self) -> Any:
-        with self._lock:
-            if self._closed:
+        """The client for one native call, counted running until :meth:`_leave`. No lock:
+        the call is counted first and checks ``_closed`` after, while :meth:`close` sets
+        ``_closed`` first and then waits for the count to reach zero, so a call either sees
+        the transport closed or is waited for (and its client stays up until it leaves)."""
+        self._running.append(None)
+        store = self._store
+        if self._closed or store is None:
+            closed = self._closed
+            self._leave()
+            if closed:
                 raise TransportError("mooncake transport is closed", reason="closed")
-            if self._store is None:
-                raise TransportError("mooncake store not set up (master unreachable)", reason="connection")
-            self._inflight += 1
-            return self._store
+            raise TransportError("mooncake store not set up (master unreachable)", reason="connection")
+        return store
 
     def _leave(self) -> None:
+        self._running.pop()
+        if self._closed:
+            self._left_closed()
+
+    def _left_closed(self) -> None:
+        """A call ended after :meth:`close`: only close() waits on ``_idle``, and the last
+        call to end gives the client up."""
         with self._lock:
-            self._inflight -= 1
-            if self._inflight == 0 and self._closed:  # only close() waits on _idle
-                self._idle.notify_all()
-                if self._store is not None:
-                    self._teardown()
+            self._idle.notify_all()
+            if not self._running and self._store is not None:
+                self._teardown()
 
     def _teardown(self) -> None:  # under self._lock, no call running
         store, self._store = self._store, None
@@ -256,11 +269,18 @@ class MooncakeTransport(Transport):
         if not keys:
             return []
         keys = keys if isinstance(keys, list) else list(keys)
-        store = self._enter()
+        running = self._running  # _enter / _leave, inline: every prefix lookup comes here
+        running.append(None)
+        store = self._store
+        if self._closed or store is None:
+            running.pop()
+            self._enter()  # raises why (closed, or not set up)
         try:
             codes = store.batch_is_exist(keys)
         finally:
-            self._leave()
+            running.pop()
+            if self._closed:
+                self._left_closed()
         n = len(keys)
         if len(codes) == n and not self._suspects and codes.count(1) == n:
             return [SIZE_UNKNOWN] * n  # all present (the usual prefix hit): one C-speed scan
@@ -384,8 +404,8 @@ class MooncakeTransport(Transport):
             if self._closed:
                 return
             self._closed = True
-            self._idle.wait_for(lambda: self._inflight == 0, timeout=1.0)
-            if self._inflight == 0 and self._store is not None:
+            self._idle.wait_for(lambda: not self._running, timeout=1.0)
+            if not self._running and self._store is not None:
                 self._teardown()
 
     def __repr__(self) -> str:
