@@ -130,3 +130,15 @@ def test_no_plan_for_logical_pools_refused_pools_or_a_bound_name_rule() -> None:
         assert s.name_plan(MHA) is not None
         s.bind_transport(Rule())  # the transport's rule must see every name: no template
         assert s.name_plan(MHA) is None
+
+
+@pytest.mark.parametrize("i", range(len(CONFIGS)))
+@pytest.mark.parametrize("bad", ["a/b", "/abs", "a\\b", "..", "a..b", "", "x\x00y", "x\x1fy", "x\x7fy"])
+def test_plan_never_vouches_for_a_key_the_checked_path_refuses(i: int, bad: str) -> None:
+    scheme = _scheme(i)
+    plan = scheme.name_plan(MHA) or scheme.name_plan(MLA)
+    assert plan is not None
+    good = "0" * 64
+    with pytest.raises(ValueError):
+        _flat(scheme, [good, bad], MHA if scheme.name_plan(MHA) else MLA)
+    assert plan.names([bad]) is None and plan.names([good, bad]) is None and plan.names((bad, good)) is None

@@ -29,8 +29,10 @@ class Scripted(MisbehavingTransport):
         self.store.update({"a": b"12", "b": b"3"})
         self.next = "ok"
         self.release = threading.Event()
+        self.entered = threading.Event()
 
     def exists(self, keys: Sequence[str]) -> Any:
+        self.entered.set()
         what, self.next = self.next, "ok"
         if what == "error":
             raise TransportError("down", reason="connection")
@@ -109,4 +111,23 @@ def test_quiet_path_is_the_one_taken_when_quiet(monkeypatch: pytest.MonkeyPatch)
     assert not w.exists_breaker.quiet
     assert w.exists(["a"]) == [2] and asked == ["allow", "allow"]  # ...so the next asks, and resets
     assert w.exists_breaker.quiet and w.exists(["a"]) == [2] and asked == ["allow", "allow"]
+    w.close()
+
+
+def test_a_failure_counted_during_a_quiet_call_is_reset_by_its_success() -> None:
+    """The quiet path skips ``record_success`` only while nothing was counted: a failure
+    another caller counts while this query runs is reset by this query's success, as the
+    general path's ``record_success`` does."""
+    w, _, t = _make(True, FakeClock())
+    w._exists_s = 5.0
+    t.next = "slow"
+    got: list[object] = []
+    caller = threading.Thread(target=lambda: got.append(w.exists(["a"])))
+    caller.start()
+    assert t.entered.wait(5)  # the query is in the transport
+    w.exists_breaker.record_failure()  # another caller's failure, meanwhile
+    assert not w.exists_breaker.quiet
+    t.release.set()
+    caller.join(5)
+    assert got == [[2]] and w.exists_breaker.quiet
     w.close()
