@@ -14,6 +14,7 @@
  *   every column's names of a batch in one call (a key scheme's NamePlan; see the function).
  * all_hex64(items) -> bool: every item is a str of exactly 64 lowercase hex characters.
  * count_is(items, obj) -> int: how many items are obj (by identity).
+ * OpStats(bounds): one operation's metrics totals, record(...) in one C call (see the type).
  * page_starts(address, count, itemsize, page_size, pool_size) -> list[int] | None: the start
  *   slot of each page of a host-indices array (int64 or int32 at address), or None when any
  *   page is not page_size consecutive slots from an aligned, non-negative start within the
@@ -565,6 +566,137 @@ static PyObject *set_accelerated(PyObject *self, PyObject *args) {
     return PyBool_FromLong(before);
 }
 
+/* -- OpStats: one operation's metrics, recorded in one C call ------------------------------
+ *
+ * OpStats(bounds) with bounds the latency buckets' upper bounds (a tuple of floats, ascending;
+ * the last bucket is +inf). record(pages, nbytes, seconds, ok) adds one call; it runs without
+ * releasing the GIL and calls no Python code, so it is atomic with respect to every other
+ * Python thread (no lock). totals() -> (calls, failures, pages, bytes, seconds, [counts]) in
+ * one atomic read. Metrics (resilience/metrics.py) keeps one per op; a Python class with the
+ * same methods (under the Metrics lock) stands in where this module did not build. */
+
+typedef struct {
+    PyObject_HEAD
+    long long calls, failures, pages, bytes;
+    double seconds;
+    Py_ssize_t nb;
+    double *bounds;
+    long long *hist;
+} OpStats;
+
+static int opstats_init(OpStats *self, PyObject *args, PyObject *kw) {
+    PyObject *bounds;
+    if (kw != NULL && PyDict_GET_SIZE(kw) > 0) {
+        PyErr_SetString(PyExc_TypeError, "OpStats(bounds) takes no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "O!:OpStats", &PyTuple_Type, &bounds))
+        return -1;
+    if (self->bounds != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "OpStats.__init__ called twice");
+        return -1;
+    }
+    Py_ssize_t nb = PyTuple_GET_SIZE(bounds);
+    self->bounds = PyMem_Calloc((size_t)(nb ? nb : 1), sizeof(double));
+    self->hist = PyMem_Calloc((size_t)nb + 1, sizeof(long long));
+    if (self->bounds == NULL || self->hist == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        double b = PyFloat_AsDouble(PyTuple_GET_ITEM(bounds, i));
+        if (b == -1.0 && PyErr_Occurred())
+            return -1;
+        if (i > 0 && !(b > self->bounds[i - 1])) {
+            PyErr_SetString(PyExc_ValueError, "OpStats: bounds must be ascending");
+            return -1;
+        }
+        self->bounds[i] = b;
+    }
+    self->nb = nb;
+    return 0;
+}
+
+static void opstats_dealloc(OpStats *self) {
+    PyMem_Free(self->bounds);
+    PyMem_Free(self->hist);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *opstats_record(OpStats *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "record(pages, nbytes, seconds, ok) takes 4 arguments, got %zd", nargs);
+        return NULL;
+    }
+    if (self->hist == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "OpStats not initialised");
+        return NULL;
+    }
+    long long pages = PyLong_AsLongLong(args[0]);
+    if (pages == -1 && PyErr_Occurred())
+        return NULL;
+    long long nbytes = PyLong_AsLongLong(args[1]);
+    if (nbytes == -1 && PyErr_Occurred())
+        return NULL;
+    double seconds = PyFloat_AsDouble(args[2]);
+    if (seconds == -1.0 && PyErr_Occurred())
+        return NULL;
+    int ok = PyObject_IsTrue(args[3]);
+    if (ok < 0)
+        return NULL;
+    Py_ssize_t lo = 0, hi = self->nb; /* bisect_left: the first bound >= seconds */
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (self->bounds[mid] < seconds)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    self->calls += 1;
+    self->failures += !ok;
+    self->pages += pages;
+    self->bytes += nbytes;
+    self->seconds += seconds;
+    self->hist[lo] += 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *opstats_totals(OpStats *self, PyObject *noargs) {
+    (void)noargs;
+    PyObject *counts = PyList_New(self->nb + 1);
+    if (counts == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i <= self->nb; i++) {
+        PyObject *v = PyLong_FromLongLong(self->hist ? self->hist[i] : 0);
+        if (v == NULL) {
+            Py_DECREF(counts);
+            return NULL;
+        }
+        PyList_SET_ITEM(counts, i, v);
+    }
+    return Py_BuildValue("(LLLLdN)", self->calls, self->failures, self->pages, self->bytes, self->seconds, counts);
+}
+
+static PyMethodDef opstats_methods[] = {
+    {"record", (PyCFunction)(void (*)(void))opstats_record, METH_FASTCALL,
+     "record(pages, nbytes, seconds, ok): one call of the operation"},
+    {"totals", (PyCFunction)opstats_totals, METH_NOARGS,
+     "totals() -> (calls, failures, pages, bytes, seconds, latency counts)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject OpStatsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hicache_sdk._hotpath.OpStats",
+    .tp_basicsize = sizeof(OpStats),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One operation's call, failure, page, byte, time and latency-bucket totals.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)opstats_init,
+    .tp_dealloc = (destructor)opstats_dealloc,
+    .tp_methods = opstats_methods,
+};
+
 static PyMethodDef methods[] = {
     {"sha256_each", sha256_each, METH_O, "sha256_each(items) -> bytes: 32-byte digests, concatenated"},
     {"records", records, METH_VARARGS, "records(hashes, templates, digest_at) -> bytearray of rows"},
@@ -590,5 +722,10 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     if (cpu_has_shani())
         compress = compress_shani;
 #endif
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && (PyType_Ready(&OpStatsType) < 0 || PyModule_AddObjectRef(m, "OpStats", (PyObject *)&OpStatsType) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

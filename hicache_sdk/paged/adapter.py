@@ -107,6 +107,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             raise ConfigError(f"kwargs must be a mapping, got {type(kwargs).__name__}")
         self.config: Any = self.config_cls.from_mapping({**extra, **(kwargs or {})})
         self.metrics = Metrics()
+        self._rec_exists = self.metrics.op("exists")  # batch_exists' recorder (one C call)
         self.scheme: KeyScheme = self.create_key_scheme()
         self.raw_transport: Transport = self.create_transport(self.config)
         if not isinstance(self.raw_transport, Transport):
@@ -189,7 +190,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             if names is not None:
                 t0 = time.perf_counter()
                 hits = 0 if self._closed else self._engine.exists_pages(names, len(keys), plan.sizes)
-                self.metrics.record("exists", pages=hits, seconds=time.perf_counter() - t0)
+                self._rec_exists(hits, 0, time.perf_counter() - t0, True)
                 return hits
         kv = self._require_kv_bytes("batch_exists")
         keys = check_keys(keys)

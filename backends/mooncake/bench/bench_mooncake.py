@@ -94,7 +94,7 @@ def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: in
     )
     idx = torch.arange(n * TOKENS, dtype=torch.int64)
     keys = [f"{page_kib:06x}{i:058x}" for i in range(n)]
-    seg = 0 if not args.in_process else 384 << 20
+    seg = 0 if not args.in_process else segment_bytes(args)
     extra = cluster.config(
         key_scheme="sglang-mooncake",
         global_segment_size=seg,
@@ -178,6 +178,12 @@ def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: in
     st.close()
 
 
+def segment_bytes(args: argparse.Namespace) -> int:
+    """A segment that holds the largest batch of the run once, plus a quarter."""
+    largest = max(args.pages_256k * (256 << 10), args.pages_8m * (8 << 20))
+    return max(384 << 20, largest * 5 // 4 + (64 << 20))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--in-process", action="store_true")
@@ -189,7 +195,7 @@ def main() -> None:
     ap.add_argument("--sglang", action="store_true", help="add SGLang's MooncakeStore (tox -e sglang env)")
     ap.add_argument("--json", default=None, help="append hicache-bench/1 documents to this file")
     args = ap.parse_args()
-    c = MooncakeCluster(holder_bytes=384 << 20)
+    c = MooncakeCluster(holder_bytes=segment_bytes(args))
     try:
         c.start_master()
         if not args.in_process:
