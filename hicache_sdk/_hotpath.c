@@ -401,6 +401,19 @@ done:
     return out;
 }
 
+/* d = prefix + (h[:fanout] + "/" if fanout) + h + suffix (d holds exactly that many chars). */
+static inline void compose_name(char *d, const char *p, Py_ssize_t lp, const char *hd, Py_ssize_t lh,
+                                Py_ssize_t fanout, const char *q, Py_ssize_t ls) {
+    Py_ssize_t f = fanout ? fanout + 1 : 0;
+    memcpy(d, p, (size_t)lp);
+    if (fanout) {
+        memcpy(d + lp, hd, (size_t)fanout);
+        d[lp + fanout] = '/';
+    }
+    memcpy(d + lp + f, hd, (size_t)lh);
+    memcpy(d + lp + f + lh, q, (size_t)ls);
+}
+
 /* names(hashes, prefix, suffix, fanout) -> [prefix + (h[:fanout] + "/" if fanout) + h + suffix]:
  * the object names of a batch, for ASCII strings (None when any piece is not ASCII: the
  * caller builds those names in Python). */
@@ -434,15 +447,7 @@ static PyObject *names(PyObject *self, PyObject *args) {
             Py_CLEAR(out);
             goto done;
         }
-        char *d = (char *)PyUnicode_DATA(name);
-        const char *hd = (const char *)PyUnicode_DATA(h);
-        memcpy(d, p, (size_t)lp);
-        if (fanout) {
-            memcpy(d + lp, hd, (size_t)fanout);
-            d[lp + fanout] = '/';
-        }
-        memcpy(d + lp + f, hd, (size_t)lh);
-        memcpy(d + lp + f + lh, q, (size_t)ls);
+        compose_name((char *)PyUnicode_DATA(name), p, lp, (const char *)PyUnicode_DATA(h), lh, fanout, q, ls);
         PyList_SET_ITEM(out, i, name);
     }
 done:
@@ -521,14 +526,7 @@ static PyObject *plan_names(PyObject *self, PyObject *args) {
                 Py_DECREF(out);
                 return NULL;
             }
-            char *d = (char *)PyUnicode_DATA(name);
-            memcpy(d, p, (size_t)lp);
-            if (fanout) {
-                memcpy(d + lp, hd, (size_t)fanout);
-                d[lp + fanout] = '/';
-            }
-            memcpy(d + lp + f, hd, (size_t)lh);
-            memcpy(d + lp + f + lh, q, (size_t)ls);
+            compose_name((char *)PyUnicode_DATA(name), p, lp, hd, lh, fanout, q, ls);
             PyList_SET_ITEM(out, c * n + i, name);
         }
     }

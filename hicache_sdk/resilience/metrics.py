@@ -124,13 +124,16 @@ class Metrics:
         if op in _READ_OPS or op in _WRITE_OPS:
             raise ValueError(f"op {op!r} feeds drain_storage_metrics(); record it with record()")
         st = self._ops.get(op)
-        return (st if st is not None else self._stats(op)).record
+        rec: OpRecorder = (st if st is not None else self._stats(op)).record
+        return rec
 
     def _stats(self, op: str) -> Any:
         with self._lock:
             st = self._ops.get(op)
             if st is None:
-                st = self._ops[op] = _OpStats(LATENCY_BUCKETS_S) if _OpStats is not None else _PyOpStats(self._lock)
+                st = self._ops[op] = (
+                    _OpStats(LATENCY_BUCKETS_S) if _OpStats is not None else _PyOpStats(self._lock)
+                )
             return st
 
     def error(self, reason: str, n: int = 1) -> None:

@@ -60,7 +60,9 @@ def test_record_and_recorder_count_alike_under_threads(impl: object) -> None:
         for i in range(300):
             want[bisect.bisect_left(LATENCY_BUCKETS_S, secs[(i + k) % len(secs)])] += 1
     assert op["latency_counts"] == want
-    assert op["seconds"] == pytest.approx(sum(secs[(i + k) % len(secs)] for k in range(4) for i in range(300)))
+    assert op["seconds"] == pytest.approx(
+        sum(secs[(i + k) % len(secs)] for k in range(4) for i in range(300))
+    )
 
 
 def test_read_and_write_ops_keep_feeding_sglangs_metrics(impl: object) -> None:

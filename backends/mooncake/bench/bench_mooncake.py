@@ -190,7 +190,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--exists-factor", type=int, default=10, help="exists repetitions = repeats * this")
     ap.add_argument("--pages-256k", type=int, default=128)
-    ap.add_argument("--pages-8m", type=int, default=8)
+    ap.add_argument("--pages-8m", type=int, default=128)
     ap.add_argument("--cases", default="256k,8m", help="which page sizes to run: 256k, 8m or both (comma)")
     ap.add_argument("--sglang", action="store_true", help="add SGLang's MooncakeStore (tox -e sglang env)")
     ap.add_argument("--json", default=None, help="append hicache-bench/1 documents to this file")
