@@ -197,8 +197,8 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         cols = build_columns(kv, self.scheme, keys, None)
         t0 = time.perf_counter()
         if cols is not None:  # the column fast path: no per-page objects at all
-            # distinct page keys (one C-speed set) name distinct objects: no per-name dedup
-            per_key = exists_columns(self._engine, cols, self._closed, distinct=len(set(keys)) == len(keys))
+            # the names as given, as on the name-plan path: a repeated key is asked again
+            per_key = exists_columns(self._engine, cols, self._closed)
         else:
             objs, owners = self._page_objects_nomem(kv, keys)
             per_key = self._fold(len(keys), owners, self._exists(objs))

@@ -310,13 +310,13 @@ def write_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     return cols.fold(got)
 
 
-def exists_columns(
-    engine: ObjectEngine, cols: Columns, closed: bool = False, *, distinct: bool = False
-) -> list[bool]:
+def exists_columns(engine: ObjectEngine, cols: Columns, closed: bool = False) -> list[bool]:
     """Per page: every object present with its stored size (wrong-sized ones are deleted).
-    ``distinct``: the batch's page keys are distinct (so are its object names)."""
+    One transport call with the names as given: a repeated page key is asked again (the
+    transport answers duplicates alike; hashing every batch's names to spare the rare repeat
+    would cost every query)."""
     if closed:
         return [False] * cols.n_pages
     if not cols.names:
         return [True] * cols.n_pages
-    return cols.fold(engine.exists_named(cols.names, cols.sizes, distinct=distinct))
+    return cols.fold(engine.exists_named(cols.names, cols.sizes, distinct=True))
