@@ -576,7 +576,9 @@ static int worker_run_one(RunnerObject *self, CallObject *c) {
     int skip = c->abandoned;
     c->started = !skip;
     pthread_mutex_unlock(&self->mu);
-    if (!skip) {
+    if (!skip && c->fn == NULL) { /* cleared by the collector: never run twice, never NULL */
+        c->error = PyObject_CallFunction(PyExc_RuntimeError, "s", "deadline runner: call has no function");
+    } else if (!skip) {
         PyObject *r = PyObject_CallNoArgs(c->fn);
         if (r != NULL) {
             c->result = r;
@@ -623,8 +625,20 @@ static PyObject *runner_serve(RunnerObject *self, PyObject *first) {
         return NULL;
     }
     Worker *w = PyMem_RawCalloc(1, sizeof(Worker));
-    if (w == NULL || sem_init(&w->wake, 0, 0) != 0) {
+    if (w == NULL || sem_init(&w->wake, 0, 0) != 0) { /* no worker after all: run the call
+                                                        here, once, and leave the slot free */
         PyMem_RawFree(w);
+        int late = worker_run_one(self, (CallObject *)first);
+        pthread_mutex_lock(&self->mu);
+        self->started--;
+        self->pending--;
+        if (self->pending == 0 && self->drain_waiters) {
+            pthread_cond_broadcast(&self->drained);
+        }
+        pthread_mutex_unlock(&self->mu);
+        if (!late) {
+            sem_post(&((CallObject *)first)->done);
+        }
         return PyErr_NoMemory();
     }
     w->tid = (pid_t)syscall(SYS_gettid);
