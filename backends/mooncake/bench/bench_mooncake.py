@@ -10,7 +10,8 @@ the default) and direct (``transfer_timeout_s: 0``), and the time of one memcpy 
 batch (what staging adds, unless it overlaps the transfer). For ``exists`` it also times the
 layers between raw and ours on the same object names: our transport alone, and the
 resilience layer over it (deadline runner thread hop), so the rest is the paged adapter;
-``ours_inline`` is the whole ``batch_exists`` with ``exists_timeout_s: 0`` (no hop).
+``ours_inline`` is the whole ``batch_exists`` with ``exists_timeout_s: 0`` (no hop), and
+``names+raw`` the raw call on names built from the page hashes (what any caller must add).
 
     .venv/bin/python backends/mooncake/bench/bench_mooncake.py [--in-process] [--cases 256k] [--json FILE]
 
@@ -158,8 +159,13 @@ def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: in
         finally:
             resilient._exists_s = exists_s  # type: ignore[attr-defined]
 
+    plan = st._kv_exists  # type: ignore[attr-defined]
+    assert plan is not None and sorted(plan.names(keys)) == sorted(okeys)
+
     h = Harness("mooncake-exists", params)
     h.add("raw", lambda: raw.batch_is_exist(okeys))
+    # the names from the page hashes (our one C call), then the raw call: no layers at all
+    h.add("names+raw", lambda: raw.batch_is_exist(plan.names(keys)))
     h.add("transport", lambda: st.raw_transport.exists(okeys))
     h.add("resilient", lambda: resilient.exists(okeys))
     h.add("ours", lambda: st.batch_exists(keys))
