@@ -139,20 +139,12 @@ class ObjectEngine:
         wrong-sized objects are missing and deleted, as in :meth:`exists_named`."""
         if not names:
             return n_pages
-        try:  # _ask_exists, inline: this is the hot path of every prefix lookup
-            found = self.transport.exists(names)
-        except Exception as e:
-            self._failed("exists", e)
-            return 0
-        if len(found) != len(names):
-            self._failed("exists", TransportError("exists returned a wrong number of answers", "protocol"))
+        found = self._ask_exists(names)
+        if found is None:
             return 0
         if found.count(SIZE_UNKNOWN) == len(found):  # all present, no sizes (Mooncake): one C scan
             return n_pages
-        sizes = [s for s in col_sizes for _ in range(n_pages)]
-        if found == sizes:  # all present, right sizes
-            return n_pages
-        ok = self._present(names, sizes, names, found)
+        ok = self._present(names, [s for s in col_sizes for _ in range(n_pages)], names, found)
         k = len(col_sizes)
         for i in range(n_pages):
             if not all(ok[c * n_pages + i] for c in range(k)):

@@ -40,10 +40,10 @@ Two implementations, one behaviour. :class:`PyDeadlineRunner` is the reference, 
 :data:`DeadlineRunner` is the native core (``_native.Runner``, ``hicache_sdk/_native_runner.c``)
 where the native module built on Linux, else the Python one; ``HICACHE_NATIVE_RUNNER=0``
 chooses the Python one at import. The native core does the same steps without Python
-bytecode per call: with a 0.3 ms gap between calls (a caller that did other work, the
-realistic case) a no-op call cost 27-32 us through the Python runner and 13-17 us through
-the native one, and around a 256-key Mooncake ``batch_is_exist`` (0.3 ms) the hop cost about
-40 us against 9-14 us (``docs/resilience.md``). Its calls are ``_native.Call`` objects with
+bytecode per call: with a 0.3 ms sleep before each call a no-op call cost 11-15 us through
+the native core and 17-30 us through the Python runner, and around a 256-key Mooncake
+``batch_is_exist`` the hop added 14-17 us against 36-38 us (``scripts/bench_runner.py``,
+``docs/resilience.md``). Its calls are ``_native.Call`` objects with
 the attributes of :class:`Call`. One difference: a signal handler that raises during a
 caller's wait abandons the call before the exception propagates (its ``on_late`` still runs),
 where the Python runner leaves it neither waited for nor abandoned.

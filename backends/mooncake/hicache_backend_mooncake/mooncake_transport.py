@@ -199,16 +199,11 @@ class MooncakeTransport(Transport):
 
     def _leave(self) -> None:
         self._running.pop()
-        if self._closed:
-            self._left_closed()
-
-    def _left_closed(self) -> None:
-        """A call ended after :meth:`close`: only close() waits on ``_idle``, and the last
-        call to end gives the client up."""
-        with self._lock:
-            self._idle.notify_all()
-            if not self._running and self._store is not None:
-                self._teardown()
+        if self._closed:  # only close() waits on _idle; the last call to end gives the client up
+            with self._lock:
+                self._idle.notify_all()
+                if not self._running and self._store is not None:
+                    self._teardown()
 
     def _teardown(self) -> None:  # under self._lock, no call running
         store, self._store = self._store, None
@@ -269,18 +264,11 @@ class MooncakeTransport(Transport):
         if not keys:
             return []
         keys = keys if isinstance(keys, list) else list(keys)
-        running = self._running  # _enter / _leave, inline: every prefix lookup comes here
-        running.append(None)
-        store = self._store
-        if self._closed or store is None:
-            running.pop()
-            self._enter()  # raises why (closed, or not set up)
+        store = self._enter()
         try:
             codes = store.batch_is_exist(keys)
         finally:
-            running.pop()
-            if self._closed:
-                self._left_closed()
+            self._leave()
         n = len(keys)
         if len(codes) == n and not self._suspects and codes.count(1) == n:
             return [SIZE_UNKNOWN] * n  # all present (the usual prefix hit): one C-speed scan
