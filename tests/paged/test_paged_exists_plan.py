@@ -33,6 +33,9 @@ class NoSizes(MemoryTransport):
 class NoSizesStorage(MemoryStorage):
     transport_cls = NoSizes
 
+    def create_transport(self, config: Any) -> NoSizes:  # MemoryStorage's names MemoryTransport
+        return NoSizes(store=config.store, capacity_bytes=config.capacity_bytes)
+
 
 SCHEMES = ["default", "sglang-file", "sglang-mooncake"]
 
@@ -44,6 +47,7 @@ def _storage(scheme: str, kind: str, sizes: bool) -> tuple[MemoryStorage, str]:
         model_name="m", is_mla_model=kind == "mla", extra_config={"store": store, "key_scheme": scheme}
     )
     s = cls(sc, {})
+    assert type(s.raw_transport) is (MemoryTransport if sizes else NoSizes)
     s.register_mem_pool_host(randomize(mha() if kind == "mha" else mla(), 1))
     return s, store
 
