@@ -112,6 +112,12 @@ def can_follow_cpu() -> bool:
 _FOLLOW = can_follow_cpu()
 
 
+def _follows(follow_caller_cpu: bool | None) -> bool:
+    """A runner's ``follow_caller_cpu`` setting: the import-time default, or the request
+    where following is possible at all."""
+    return _FOLLOW if follow_caller_cpu is None else bool(follow_caller_cpu) and can_follow_cpu()
+
+
 class Call(Generic[T]):
     """One submitted function call and its outcome."""
 
@@ -192,7 +198,7 @@ class PyDeadlineRunner:
         self._all_done = threading.Condition(self._lock)
         self._on_abandon_change = on_abandon_change
         self._shutdown = False
-        self._follow = _FOLLOW if follow_caller_cpu is None else bool(follow_caller_cpu) and can_follow_cpu()
+        self._follow = _follows(follow_caller_cpu)
 
     @property
     def follows_caller_cpu(self) -> bool:
@@ -415,8 +421,7 @@ elif (
             on_abandon_change: Callable[[int], None] | None = None,
             follow_caller_cpu: bool | None = None,
         ) -> None:
-            follow = _FOLLOW if follow_caller_cpu is None else bool(follow_caller_cpu) and can_follow_cpu()
-            super().__init__(max_workers, name, on_abandon_change, follow)
+            super().__init__(max_workers, name, on_abandon_change, _follows(follow_caller_cpu))
 
 else:  # pragma: no cover - not built, not Linux, or HICACHE_NATIVE_RUNNER=0
     DeadlineRunner = PyDeadlineRunner
