@@ -12,8 +12,11 @@
  * names(hashes, prefix, suffix, fanout) -> list[str] | None: object names of a batch.
  * plan_names(prefix, suffixes, fanout, hex_only, keys) -> list[str] | None: the key check and
  *   every column's names of a batch in one call (a key scheme's NamePlan; see the function).
+ * Namer(prefix, suffixes, fanout, hex_only, capacity): plan_names bound to one plan, which
+ *   rewrites in place the names the caller let go of instead of allocating new ones.
  * all_hex64(items) -> bool: every item is a str of exactly 64 lowercase hex characters.
  * count_is(items, obj) -> int: how many items are obj (by identity).
+ * swap_if_all(items, old, new) -> bool: every item of a list is old (identity)? then each is new.
  * OpStats(bounds): one operation's metrics totals, record(...) in one C call (see the type).
  * page_starts(address, count, itemsize, page_size, pool_size) -> list[int] | None: the start
  *   slot of each page of a host-indices array (int64 or int32 at address), or None when any
@@ -24,6 +27,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -482,17 +486,56 @@ static int plan_hash_ok(const unsigned char *d, Py_ssize_t n, int hex_only) {
     return !bad;
 }
 
-/* plan_names(prefix, suffixes, fanout, hex_only, keys) -> list[str] | None: the names of a
- * batch by a key scheme's name plan (keys/scheme_base.py NamePlan), column-major: for each
- * suffix, prefix + (h[:fanout] + "/" if fanout) + h + suffix for every h of keys. Also the
- * key check: keys must be a list or tuple of compact-ASCII str that pass plan_hash_ok; None
- * for anything else (the checked path then raises the precise error, or accepts). */
-static PyObject *plan_names(PyObject *self, PyObject *args) {
-    PyObject *keys, *prefix, *suffixes;
-    Py_ssize_t fanout;
-    int hex_only;
-    if (!PyArg_ParseTuple(args, "UO!npO:plan_names", &prefix, &PyTuple_Type, &suffixes, &fanout, &hex_only, &keys))
-        return NULL;
+/* Whether a name this module made and still holds (slot) may be rewritten in place for the
+ * next batch: nothing else refers to it (the caller dropped the list it was handed, and no
+ * dict, set or interning holds it), and it has the wanted length. Rewriting a str that
+ * nobody else can see is indistinguishable from making a new one, without the allocation
+ * and the free (the cost of naming a batch; docs/backends/mooncake.md). Its cached hash is
+ * reset by the caller. Never where the GIL is not the only lock (free-threaded builds). */
+static inline int name_reusable(PyObject *s, Py_ssize_t len) {
+#ifdef Py_GIL_DISABLED
+    (void)s;
+    (void)len;
+    return 0;
+#else
+    if (Py_REFCNT(s) != 1 || !PyUnicode_CheckExact(s) || !PyUnicode_IS_COMPACT_ASCII(s) ||
+        PyUnicode_GET_LENGTH(s) != len || PyUnicode_CHECK_INTERNED(s))
+        return 0;
+#if PY_VERSION_HEX < 0x030C0000
+    if (((PyASCIIObject *)s)->wstr != NULL) /* a cached wchar_t copy would go stale */
+        return 0;
+#endif
+    return 1;
+#endif
+}
+
+/* The text of a str known to be compact ASCII (PyUnicode_DATA without its checks, which gcc
+ * does not always inline). */
+#define ASCII_DATA(op) ((char *)(((PyASCIIObject *)(op)) + 1))
+
+/* The page-hash part of a name made by compose_name with the same prefix length, fanout and
+ * suffix: only that part differs between two names of one column (SGLang's 64-char hashes
+ * in one fixed-size copy). */
+static inline void rewrite_hash(char *d, Py_ssize_t lp, const char *hd, Py_ssize_t lh, Py_ssize_t fanout) {
+    if (fanout) {
+        memcpy(d + lp, hd, (size_t)fanout);
+        d += fanout + 1;
+    }
+    if (lh == 64) { /* four 16-byte moves (gcc makes one fixed 64-byte memcpy a slow rep movs) */
+        for (int k = 0; k < 64; k += 16)
+            memcpy(d + lp + k, hd + k, 16);
+    } else
+        memcpy(d + lp, hd, (size_t)lh);
+}
+
+/* The names of a batch by a name plan, column-major (see plan_names). With slots (a Namer's
+ * recycled names, cap of them; slot_col[j]: the column slots[j] was last named for), name j
+ * reuses slots[j] when name_reusable (only its hash part rewritten when it was of the same
+ * column), else is made and kept there; *reused counts the reuses. None when the check
+ * cannot vouch for keys. */
+static PyObject *plan_names_core(PyObject *prefix, PyObject *suffixes, Py_ssize_t fanout, int hex_only,
+                                 PyObject *keys, PyObject **slots, Py_ssize_t *slot_col, Py_ssize_t cap,
+                                 long long *reused) {
     if (!(PyList_CheckExact(keys) || PyTuple_CheckExact(keys)) || !PyUnicode_IS_COMPACT_ASCII(prefix) || fanout < 0)
         Py_RETURN_NONE;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(keys), n_cols = PyTuple_GET_SIZE(suffixes);
@@ -502,6 +545,16 @@ static PyObject *plan_names(PyObject *self, PyObject *args) {
         if (!PyUnicode_Check(q) || !PyUnicode_IS_COMPACT_ASCII(q))
             Py_RETURN_NONE;
     }
+#if defined(__GNUC__) || defined(__clang__)
+    /* The kept names are usually out of the caches (a lookup follows a remote call): ask for
+     * all of their lines now, so that they arrive while the keys are checked. */
+    for (Py_ssize_t j = 0, m = n * n_cols < cap ? n * n_cols : cap; j < m; j++) {
+        if (slots[j] != NULL) {
+            __builtin_prefetch(slots[j], 1);
+            __builtin_prefetch((char *)slots[j] + 64, 1);
+        }
+    }
+#endif
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *h = items[i];
         if (!PyUnicode_CheckExact(h) || !PyUnicode_IS_COMPACT_ASCII(h) || PyUnicode_GET_LENGTH(h) < fanout ||
@@ -510,28 +563,187 @@ static PyObject *plan_names(PyObject *self, PyObject *args) {
     }
     Py_ssize_t lp = PyUnicode_GET_LENGTH(prefix), f = fanout ? fanout + 1 : 0;
     const char *p = (const char *)PyUnicode_DATA(prefix);
+    /* the one allocation that may run the collector (and so Python code) comes first: from
+     * here on nothing runs Python code, so no other call sees the slots half rewritten */
     PyObject *out = PyList_New(n * n_cols);
     if (out == NULL)
         return NULL;
+    long long again = 0;
     for (Py_ssize_t c = 0; c < n_cols; c++) {
         PyObject *qs = PyTuple_GET_ITEM(suffixes, c);
         Py_ssize_t ls = PyUnicode_GET_LENGTH(qs);
         const char *q = (const char *)PyUnicode_DATA(qs);
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *h = items[i];
-            Py_ssize_t lh = PyUnicode_GET_LENGTH(h);
-            const char *hd = (const char *)PyUnicode_DATA(h);
-            PyObject *name = PyUnicode_New(lp + f + lh + ls, 127);
-            if (name == NULL) {
-                Py_DECREF(out);
-                return NULL;
+            Py_ssize_t lh = PyUnicode_GET_LENGTH(h), len = lp + f + lh + ls, j = c * n + i;
+            PyObject *name;
+            if (j < cap && slots[j] != NULL && name_reusable(slots[j], len)) {
+                name = slots[j];
+                Py_INCREF(name);
+                ((PyASCIIObject *)name)->hash = -1;
+                again++;
+                if (slot_col[j] == c) { /* same prefix, fanout, suffix and length: the hash part */
+                    rewrite_hash(ASCII_DATA(name), lp, ASCII_DATA(h), lh, fanout);
+                    PyList_SET_ITEM(out, j, name);
+                    continue;
+                }
+                slot_col[j] = c;
+            } else {
+                name = PyUnicode_New(len, 127);
+                if (name == NULL) {
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                if (j < cap) { /* the old one (if any) is another's now, or freed: a str runs no code */
+                    Py_INCREF(name);
+                    Py_XSETREF(slots[j], name);
+                    slot_col[j] = c;
+                }
             }
-            compose_name((char *)PyUnicode_DATA(name), p, lp, hd, lh, fanout, q, ls);
-            PyList_SET_ITEM(out, c * n + i, name);
+            compose_name(ASCII_DATA(name), p, lp, ASCII_DATA(h), lh, fanout, q, ls);
+            PyList_SET_ITEM(out, j, name);
         }
     }
+    if (reused != NULL)
+        *reused += again;
     return out;
 }
+
+/* plan_names(prefix, suffixes, fanout, hex_only, keys) -> list[str] | None: the names of a
+ * batch by a key scheme's name plan (keys/scheme_base.py NamePlan), column-major: for each
+ * suffix, prefix + (h[:fanout] + "/" if fanout) + h + suffix for every h of keys. Also the
+ * key check: keys must be a list or tuple of compact-ASCII str that pass plan_hash_ok; None
+ * for anything else (the checked path then raises the precise error, or accepts). Every
+ * name is a new str (Namer below recycles them). */
+static PyObject *plan_names(PyObject *self, PyObject *args) {
+    PyObject *keys, *prefix, *suffixes;
+    Py_ssize_t fanout;
+    int hex_only;
+    if (!PyArg_ParseTuple(args, "UO!npO:plan_names", &prefix, &PyTuple_Type, &suffixes, &fanout, &hex_only, &keys))
+        return NULL;
+    return plan_names_core(prefix, suffixes, fanout, hex_only, keys, NULL, NULL, 0, NULL);
+}
+
+/* -- Namer: plan_names bound to one plan, recycling the names it handed out ---------------
+ *
+ * Namer(prefix, suffixes, fanout, hex_only, capacity); namer(keys) is plan_names(prefix,
+ * suffixes, fanout, hex_only, keys), equal lists, except that the first `capacity` names
+ * are kept and, once the caller has let go of one (see name_reusable), rewritten in place
+ * for the next batch instead of allocating a new str and freeing the old. A name the caller
+ * keeps (in the list, a dict, a set, interned) is never touched. `reused` counts rewrites. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *prefix, *suffixes;
+    Py_ssize_t fanout, cap;
+    int hex_only;
+    long long reused;
+    PyObject **slots;
+    Py_ssize_t *slot_col;
+    vectorcallfunc vectorcall;
+} Namer;
+
+static int namer_init(Namer *self, PyObject *args, PyObject *kw) {
+    PyObject *prefix, *suffixes;
+    Py_ssize_t fanout, cap;
+    int hex_only;
+    if (kw != NULL && PyDict_GET_SIZE(kw) > 0) {
+        PyErr_SetString(PyExc_TypeError, "Namer() takes no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "UO!npn:Namer", &prefix, &PyTuple_Type, &suffixes, &fanout, &hex_only, &cap))
+        return -1;
+    if (self->prefix != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Namer.__init__ called twice");
+        return -1;
+    }
+    if (fanout < 0 || cap < 0) {
+        PyErr_Format(PyExc_ValueError, "Namer: fanout and capacity must be >= 0, got %zd and %zd", fanout, cap);
+        return -1;
+    }
+    for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(suffixes); c++) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(suffixes, c))) {
+            PyErr_SetString(PyExc_TypeError, "Namer: suffixes must be a tuple of str");
+            return -1;
+        }
+    }
+#ifdef Py_GIL_DISABLED
+    cap = 0;
+#endif
+    if (cap > 0) {
+        self->slots = PyMem_Calloc((size_t)cap, sizeof(PyObject *));
+        self->slot_col = PyMem_Calloc((size_t)cap, sizeof(Py_ssize_t));
+        if (self->slots == NULL || self->slot_col == NULL) {
+            PyMem_Free(self->slots);
+            PyMem_Free(self->slot_col);
+            self->slots = NULL;
+            self->slot_col = NULL;
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    Py_INCREF(prefix);
+    Py_INCREF(suffixes);
+    self->prefix = prefix;
+    self->suffixes = suffixes;
+    self->fanout = fanout;
+    self->hex_only = hex_only;
+    self->cap = cap;
+    return 0;
+}
+
+static PyObject *namer_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Namer *self = (Namer *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_SetString(PyExc_TypeError, "Namer(keys) takes exactly one positional argument");
+        return NULL;
+    }
+    if (self->prefix == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Namer not initialised");
+        return NULL;
+    }
+    return plan_names_core(self->prefix, self->suffixes, self->fanout, self->hex_only, args[0], self->slots,
+                           self->slot_col, self->cap, &self->reused);
+}
+
+static void namer_dealloc(Namer *self) {
+    for (Py_ssize_t j = 0; j < self->cap && self->slots != NULL; j++)
+        Py_XDECREF(self->slots[j]);
+    PyMem_Free(self->slots);
+    PyMem_Free(self->slot_col);
+    Py_XDECREF(self->prefix);
+    Py_XDECREF(self->suffixes);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *namer_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Namer *self = (Namer *)PyType_GenericNew(type, args, kw);
+    if (self != NULL)
+        self->vectorcall = namer_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyMemberDef namer_members[] = {
+    {"reused", T_LONGLONG, offsetof(Namer, reused), READONLY, "names rewritten in place so far"},
+    {"capacity", T_PYSSIZET, offsetof(Namer, cap), READONLY, "how many names are kept for reuse"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject NamerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hicache_sdk._hotpath.Namer",
+    .tp_basicsize = sizeof(Namer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Namer(prefix, suffixes, fanout, hex_only, capacity): plan_names bound to one plan, "
+              "recycling the names the caller let go of.",
+    .tp_new = namer_new,
+    .tp_init = (initproc)namer_init,
+    .tp_dealloc = (destructor)namer_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Namer, vectorcall),
+    .tp_members = namer_members,
+};
 
 /* count_is(items, obj) -> int: how many items are obj (identity, no comparison: list.count
  * compares, and an int against None costs two NotImplemented round trips per item). */
@@ -548,6 +760,30 @@ static PyObject *count_is(PyObject *self, PyObject *args) {
         k += items[i] == obj;
     Py_DECREF(seq);
     return PyLong_FromSsize_t(k);
+}
+
+/* swap_if_all(items, old, new) -> bool: when every item of the list items *is* old (identity),
+ * replace each by new in place and answer True; else leave items as they are, False. A
+ * transport's all-present answer made from the list its client just returned (warm) instead
+ * of a new one (a fresh 2 KiB list, cold after a remote call, cost 2.7 us per lookup). */
+static PyObject *swap_if_all(PyObject *self, PyObject *args) {
+    PyObject *items, *old, *new_;
+    if (!PyArg_ParseTuple(args, "O!OO:swap_if_all", &PyList_Type, &items, &old, &new_))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    PyObject **it = ((PyListObject *)items)->ob_item;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (it[i] != old)
+            Py_RETURN_FALSE;
+    if (old != new_) { /* no Python code runs: old stays referenced by the caller's argument */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_INCREF(new_);
+            it[i] = new_;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_DECREF(old);
+    }
+    Py_RETURN_TRUE;
 }
 
 static PyObject *set_accelerated(PyObject *self, PyObject *args) {
@@ -700,6 +936,8 @@ static PyMethodDef methods[] = {
     {"records", records, METH_VARARGS, "records(hashes, templates, digest_at) -> bytearray of rows"},
     {"names", names, METH_VARARGS, "names(hashes, prefix, suffix, fanout) -> list[str] | None (not ASCII)"},
     {"count_is", count_is, METH_VARARGS, "count_is(items, obj) -> how many items are obj"},
+    {"swap_if_all", swap_if_all, METH_VARARGS,
+     "swap_if_all(items, old, new) -> whether every item of the list was old (then each is new now)"},
     {"plan_names", plan_names, METH_VARARGS,
      "plan_names(prefix, suffixes, fanout, hex_only, keys) -> list[str] | None (checked path needed)"},
     {"rows", rows, METH_VARARGS, "rows(starts, page_size, runs, trailer_at, trailer_size) -> list of segment lists"},
@@ -721,7 +959,8 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
         compress = compress_shani;
 #endif
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && (PyType_Ready(&OpStatsType) < 0 || PyModule_AddObjectRef(m, "OpStats", (PyObject *)&OpStatsType) < 0)) {
+    if (m != NULL && (PyType_Ready(&OpStatsType) < 0 || PyModule_AddObjectRef(m, "OpStats", (PyObject *)&OpStatsType) < 0 ||
+                      PyType_Ready(&NamerType) < 0 || PyModule_AddObjectRef(m, "Namer", (PyObject *)&NamerType) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

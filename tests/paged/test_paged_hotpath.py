@@ -173,10 +173,47 @@ def test_count_is_counts_by_identity(items: list[object]) -> None:
 
     for obj in (None, -1, "x"):
         want = sum(1 for x in items if x is obj)
-        assert _hotpath.count_is(items, obj) == want == batches.count_is(items, obj)
+        assert _hotpath.count_is(items, obj) == want == batches._count_is(items, obj)
         assert _hotpath.count_is(tuple(items), obj) == want
+    assert batches.count_is is _hotpath.count_is  # no Python frame where it built
     with pytest.raises(TypeError, match="expects a sequence"):
         _hotpath.count_is(5, None)
+
+
+ONE = 1
+
+
+@given(items=st.lists(st.sampled_from([1, True, 1.0, -1, None, 2]), max_size=12))
+def test_swap_if_all_swaps_only_a_list_of_old_alone(items: list[object]) -> None:
+    """Every item *is* ``old`` (identity: True and 1.0 equal 1 but are not it): each becomes
+    ``new``, in place; otherwise the list is left as it was. C and Python agree."""
+    from hicache_sdk.kit import batches
+
+    want_all = all(x is ONE for x in items)
+    for fn in (_hotpath.swap_if_all, batches._swap_if_all):
+        got = list(items)
+        assert fn(got, ONE, -1) is want_all
+        assert got == ([-1] * len(items) if want_all else items)
+        assert all(a is b for a, b in zip(got, [-1] * len(items) if want_all else items))
+    assert batches.swap_if_all is _hotpath.swap_if_all
+    with pytest.raises(TypeError):
+        _hotpath.swap_if_all((1,), ONE, -1)  # a list only: answers are swapped in place
+    with pytest.raises(TypeError, match="must be a list"):
+        batches._swap_if_all((1,), ONE, -1)
+
+
+def test_swap_if_all_keeps_references_counted() -> None:
+    import sys
+
+    old, new = object(), object()
+    before_old, before_new = sys.getrefcount(old), sys.getrefcount(new)
+    items = [old] * 50
+    assert _hotpath.swap_if_all(items, old, new)
+    assert (sys.getrefcount(old), sys.getrefcount(new)) == (before_old, before_new + 50)
+    del items
+    assert sys.getrefcount(new) == before_new
+    same = [ONE] * 3
+    assert _hotpath.swap_if_all(same, ONE, ONE) and same == [1, 1, 1]
 
 
 def test_plan_names_checks_its_arguments() -> None:

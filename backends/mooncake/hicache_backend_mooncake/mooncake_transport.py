@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hicache_sdk import SIZE_UNKNOWN, Capabilities, Segments, Transport, TransportError
-from hicache_sdk.kit.batches import first_occurrences
+from hicache_sdk.kit.batches import first_occurrences, swap_if_all
 
 from . import clients
 from .config import MooncakeConfig
@@ -270,8 +270,9 @@ class MooncakeTransport(Transport):
         finally:
             self._leave()
         n = len(keys)
-        if len(codes) == n and not self._suspects and codes.count(1) == n:
-            return [SIZE_UNKNOWN] * n  # all present (the usual prefix hit): one C-speed scan
+        # all present (the usual prefix hit): the answer made in the client's list, one C pass
+        if len(codes) == n and not self._suspects and swap_if_all(codes, 1, SIZE_UNKNOWN):
+            return codes  # type: ignore[no-any-return]
         if len(codes) != n or max(codes) < 0:
             raise TransportError("mooncake batch_is_exist failed", reason="connection")
         if self._suspects:
