@@ -12,9 +12,10 @@ from ..hostpool.layout import PoolLayout
 
 __all__ = ["KeyScheme", "NamePlan", "ObjectSpec"]
 
-#: How many names one builder keeps for reuse (:meth:`NamePlan.builder`): 512 pages of K and
-#: V, SGLang's batches and more, in about 128 KiB.
-NAMES_KEPT = 1024
+#: How many names one builder keeps for reuse (:meth:`NamePlan.builder`): K and V of 2048
+#: pages (SGLang 0.5.23 asks a request's whole candidate span at once: 128 Ki tokens at
+#: 64-token pages), in about half a MiB. Names past it are made anew on every lookup.
+NAMES_KEPT = 4096
 
 
 @dataclass(frozen=True)
