@@ -1,14 +1,16 @@
 """Benchmark: the deadline runner's hop, native core against the Python runner, in one run.
 
     .venv/bin/python scripts/bench_runner.py [--gap-us 300] [--rounds 2000]
-    .venv/bin/python scripts/bench_runner.py --mooncake [--rounds 600]
+    .venv/bin/python scripts/bench_runner.py --mooncake [--rounds 600] [--fill N]
 
 Without ``--mooncake``: a no-op call through each runner, back to back and with a sleep of
 ``--gap-us`` before each call (a caller that did other work in between), medians in µs. With
 ``--mooncake``: a real ``mooncake_master`` and holder process on loopback (the backend's test
 helpers), and a 256-key ``batch_is_exist`` called inline (``raw``) and through each runner,
-interleaved by the shared harness; ratio = raw time / variant time. Both runners follow the
-caller's CPU (the default); ``--no-follow`` turns that off for both.
+interleaved by the shared harness; ratio = raw time / variant time. ``--fill N`` makes N more
+inline calls, untimed, before each timed one (the worker sleeps longer between hops: its
+hand-off costs more the longer it slept). Both runners follow the caller's CPU (the default);
+``--no-follow`` turns that off for both.
 """
 
 from __future__ import annotations
@@ -70,9 +72,11 @@ def mooncake(args: argparse.Namespace, runners: dict[str, object]) -> None:
         for name, r in runners.items():
             run = r.run  # type: ignore[attr-defined]
             h.add(name, lambda run=run: run(call, 5.0))
-        res = h.run(repeats=args.rounds, warmup=10)
+        fill = [call] * args.fill
+        res = h.run(repeats=args.rounds, warmup=10, setup=(lambda: [f() for f in fill]) if fill else None)
         med = res.medians()
-        print(f"256-key batch_is_exist, holder in another process, median of {args.rounds}")
+        extra = f", {args.fill} untimed inline calls before each" if args.fill else ""
+        print(f"256-key batch_is_exist, holder in another process, median of {args.rounds}{extra}")
         print("  " + " | ".join(f"{k} {med[k] * 1e6:7.1f} us ratio {med['raw'] / med[k]:.3f}" for k in med))
     finally:
         c.stop()
@@ -83,6 +87,9 @@ def main() -> None:
     ap.add_argument("--mooncake", action="store_true", help="around a real Mooncake batch_is_exist")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--gap-us", type=float, default=300.0)
+    ap.add_argument(
+        "--fill", type=int, default=0, help="--mooncake: untimed inline calls before each timed one"
+    )
     ap.add_argument("--no-follow", action="store_true", help="do not place workers on the caller's CPU")
     args = ap.parse_args()
     args.rounds = args.rounds or (600 if args.mooncake else 2000)
