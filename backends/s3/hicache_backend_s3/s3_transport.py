@@ -2,10 +2,9 @@
 
 * **Concurrency.** Every batch is served by at most ``max_concurrency`` requests in
   flight (one pool per transport, shared by all caller threads); results are in key order.
-* **exists** issues concurrent HEADs in key order and stops issuing new ones once a miss
-  is known: keys after the first miss that were never asked come back ``None`` (absent).
-  This is exactly what the paged adapter needs (hits count only up to the first miss);
-  keys before the first miss always get their real answer.
+* **exists** issues concurrent HEADs in key order and answers every key: a miss says
+  nothing about the keys after it (the adapter asks a page's K objects, then its V objects,
+  or several pools' objects, in one call).
 * **read** is a GET whose body streams into the page segments (``readinto``, one copy);
   ``ContentLength`` different from the segments' total is a miss (``False``).
 * **write** is create-if-absent: ``PUT`` with ``If-None-Match: *`` (``412`` = the object
@@ -186,12 +185,14 @@ class S3Transport(Transport):
                 log.debug("s3 HEAD failed (%s): %s", classify(e), type(e).__name__)
                 return _Failed(classify(e))
 
-        first_miss = n
+        # Every key is asked (at most max_concurrency in flight, in key order): a miss says
+        # nothing about the keys after it -- the adapter asks a page's K column and then its
+        # V column, or several pools' objects, in one call.
         nxt = 0
         fails: list[_Failed] = []
         inflight: dict[Future[Any], int] = {}
-        while nxt < min(n, first_miss + 1) or inflight:
-            while nxt < min(n, first_miss + 1) and len(inflight) < self.cfg.max_concurrency:
+        while nxt < n or inflight:
+            while nxt < n and len(inflight) < self.cfg.max_concurrency:
                 inflight[self._pool.submit(head, nxt)] = nxt
                 nxt += 1
             done, _ = wait(inflight, return_when=FIRST_COMPLETED)
@@ -200,10 +201,7 @@ class S3Transport(Transport):
                 r = f.result()
                 if isinstance(r, _Failed):
                     fails.append(r)
-                    first_miss = min(first_miss, i)
-                elif r is None:
-                    first_miss = min(first_miss, i)
-                else:
+                elif r is not None:
                     out[i] = r
         if fails and len(fails) == nxt:
             raise _batch_failed(fails, "HEAD")

@@ -65,3 +65,26 @@ def test_batch_delete_removes_pages_but_not_foreign_wrong_length_objects(
             assert s.raw_transport._requested == {}  # type: ignore[attr-defined]
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("scheme", ["sglang-mooncake", "default"])
+def test_batch_exists_counts_every_present_page_one_request_at_a_time(
+    bucket: str, s3cfg: dict[str, Any], scheme: str
+) -> None:
+    """With K and V objects per page (``sglang-mooncake``) the adapter asks the K column
+    and then the V column in one call: a miss in the K column says nothing about the V
+    objects after it, so the transport must answer every key (one request in flight makes
+    any early stop certain to show)."""
+    prefix = f"q-{uuid.uuid4().hex[:8]}/"
+    pool = MHAHostPool(32, PAGE, 2, 2, 8, dtype=torch.bfloat16, layout="page_first", pin_memory=False)
+    cfg = {**s3cfg, "prefix": prefix, "key_scheme": scheme, "max_concurrency": 1}
+    s = S3Storage(HiCacheStorageConfig(model_name="org/model", extra_config=cfg), {})
+    try:
+        s.register_mem_pool_host(pool)
+        keys = [hashlib.sha256(f"e{scheme}{i}".encode()).hexdigest() for i in range(6)]
+        assert s.batch_set_v1(keys[:3], torch.arange(0, 3 * PAGE, dtype=torch.int64)) == [True] * 3
+        assert s.batch_exists(keys) == 3
+        assert s.batch_exists(keys[:2]) == 2
+        assert s.batch_exists(keys[3:]) == 0
+    finally:
+        s.close()
