@@ -130,6 +130,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         self._lock = threading.Lock()
         self._kv: PoolState | None = None
         self._kv_exists: ExistsPlan | None = None
+        self._pool_exists: dict[str, ExistsPlan | None] = {}
         self._pools: dict[str, PoolState] = {}
         self._closed = False
 
@@ -225,7 +226,9 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         from .merge import PoolPresence, fold_exists_v2
 
         kv = self._require_kv("batch_exists_v2")
-        keys = check_keys(keys)
+        named = self._exists_v2_names(kv, keys, pool_transfers)
+        if named is None:
+            keys = check_keys(keys)
         transfers = list(pool_transfers or [])
         specs: list[tuple[str, Any, int, PoolState]] = []
         for i, t in enumerate(transfers):
@@ -236,18 +239,22 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             state = self._lookup(name) if name != _KV else kv
             specs.append((name, policy, window, state))
         logical = not kv.layout.has_buffer
-        groups: list[tuple[list[ObjectIO], list[int]]] = []
-        if not logical:
-            groups.append(self._page_objects_nomem(kv, keys))
-        for _, _, _, state in specs:
-            groups.append(self._page_objects_nomem(state, keys))
-        t0 = time.perf_counter()
-        ok = self._exists([o for objs, _ in groups for o in objs])
         present: list[list[bool]] = []
-        pos = 0
-        for objs, owners in groups:
-            present.append(self._fold(len(keys), owners, ok[pos : pos + len(objs)]))
-            pos += len(objs)
+        if named is not None:  # every group by its name plan: one C call each, no objects
+            t0 = time.perf_counter()
+            present = self._exists_planned(len(keys), named)
+        else:
+            groups: list[tuple[list[ObjectIO], list[int]]] = []
+            if not logical:
+                groups.append(self._page_objects_nomem(kv, keys))
+            for _, _, _, state in specs:
+                groups.append(self._page_objects_nomem(state, keys))
+            t0 = time.perf_counter()
+            ok = self._exists([o for objs, _ in groups for o in objs])
+            pos = 0
+            for objs, owners in groups:
+                present.append(self._fold(len(keys), owners, ok[pos : pos + len(objs)]))
+                pos += len(objs)
         kv_present = [True] * len(keys) if logical else present.pop(0)
         pools = [
             PoolPresence(name, policy, window, pres)
@@ -256,6 +263,46 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         result = fold_exists_v2(kv_present, pools, logical_kv_anchor=logical)
         self.metrics.record("exists", pages=result.kv_hit_pages, seconds=time.perf_counter() - t0)
         return result
+
+    def _exists_v2_names(
+        self, kv: PoolState, keys: object, transfers: Optional[List[PoolTransfer]]
+    ) -> list[tuple[list[str], tuple[int, ...]]] | None:
+        """``batch_exists_v2``'s groups by name plan -- the KV pool's (unless a logical
+        anchor), then each transfer's pool's, in order -- as (names, per-column stored sizes);
+        ``None`` unless every group has a plan that vouches for ``keys`` (the checked path
+        then decides, and raises what it raises)."""
+        if transfers is not None and not isinstance(transfers, (list, tuple)):
+            return None
+        plans: list[ExistsPlan | None] = [] if not kv.layout.has_buffer else [self._kv_exists]
+        for t in transfers or ():
+            try:
+                name = pool_name_str(getattr(t, "name", None))
+            except (TypeError, ValueError):
+                return None
+            plans.append(self._kv_exists if name == _KV else self._pool_exists.get(name))
+        out: list[tuple[list[str], tuple[int, ...]]] = []
+        for plan in plans:
+            names = plan.names(keys) if plan is not None else None
+            if names is None:
+                return None
+            out.append((names, plan.sizes))  # type: ignore[union-attr]
+        return out
+
+    def _exists_planned(self, n: int, named: list[tuple[list[str], tuple[int, ...]]]) -> list[list[bool]]:
+        """Per group, per page: every object present with its stored size (one transport
+        call for all groups, each name asked once, as on the object path; names
+        column-major within a group)."""
+        names = [nm for group, _ in named for nm in group]
+        sizes = [sz for _, cols in named for sz in cols for _ in range(n)]
+        ok = [False] * len(names) if self._closed else self._engine.exists_named(names, sizes)
+        present: list[list[bool]] = []
+        pos = 0
+        for _, cols in named:
+            k = len(cols)
+            part = ok[pos : pos + k * n]
+            present.append([all(part[c * n + i] for c in range(k)) for i in range(n)])
+            pos += k * n
+        return present
 
     # -- v1 zero-copy ----------------------------------------------------------------------
     def batch_get_v1(

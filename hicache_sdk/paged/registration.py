@@ -37,6 +37,8 @@ class PoolRegistryMixin:
     _kv: PoolState | None
     #: the KV pool's names-only existence plan (``batch_exists``'s fast path), or ``None``
     _kv_exists: ExistsPlan | None
+    #: each extra pool's plan (``batch_exists_v2``'s fast path), by pool name
+    _pool_exists: dict[str, ExistsPlan | None]
     _pools: dict[str, PoolState]
     _registered_memory: set[tuple[int, int]]
 
@@ -92,9 +94,11 @@ class PoolRegistryMixin:
                 self.register_mem_pool_host(host_pool)
             return
         state = self._describe(host_pool, name, None)
+        plan = ExistsPlan.of(self.scheme, state)
         self._register_memory(host_pool)
         with self._lock:
             self._pools[name] = state
+            self._pool_exists[name] = plan
 
     def _register_memory(self, pool: Any) -> None:
         """Tell the transport, once per distinct buffer, which host memory it will be
