@@ -297,10 +297,10 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         ok = [False] * len(names) if self._closed else self._engine.exists_named(names, sizes)
         present: list[list[bool]] = []
         pos = 0
-        for _, cols in named:
-            k = len(cols)
-            part = ok[pos : pos + k * n]
-            present.append([all(part[c * n + i] for c in range(k)) for i in range(n)])
+        for _, col_sizes in named:
+            k = len(col_sizes)
+            per_col = [ok[pos + c * n : pos + (c + 1) * n] for c in range(k)]
+            present.append(per_col[0] if k == 1 else list(map(all, zip(*per_col))) if k else [True] * n)
             pos += k * n
         return present
 
