@@ -52,6 +52,16 @@ def _storage(scheme: str, kind: str, sizes: bool) -> tuple[MemoryStorage, str]:
     return s, store
 
 
+def _assert_same_state(fast: MemoryStorage, slow: MemoryStorage) -> None:
+    """The same objects left in both stores and the same figures (times aside)."""
+    assert sorted(fast.raw_transport._store.objects) == sorted(slow.raw_transport._store.objects)  # type: ignore[attr-defined]
+    snaps = [s.metrics.snapshot() for s in (fast, slow)]
+    for snap in snaps:
+        for op in snap["ops"].values():
+            del op["seconds"], op["latency_counts"]
+    assert snaps[0] == snaps[1]
+
+
 KEY = st.one_of(
     st.integers(0, 5).map(hkey),  # SGLang's hashes: the fast path
     st.sampled_from(["plain-key", "a/b", "", "..", "é", "x\x01"]),
@@ -94,13 +104,7 @@ def test_fast_path_equals_the_checked_path(
         assert fast._kv_exists is not None
         slow._kv_exists = None
         assert _outcome(fast, keys) == _outcome(slow, keys)
-        # the same objects left (wrong-sized ones deleted alike), the same figures
-        assert sorted(fast.raw_transport._store.objects) == sorted(slow.raw_transport._store.objects)  # type: ignore[attr-defined]
-        snaps = [s.metrics.snapshot() for s in (fast, slow)]
-        for snap in snaps:
-            for op in snap["ops"].values():
-                del op["seconds"], op["latency_counts"]
-        assert snaps[0] == snaps[1]
+        _assert_same_state(fast, slow)  # wrong-sized objects deleted alike, the same figures
     finally:
         for _, store in pair:
             drop_store(store)
@@ -207,12 +211,7 @@ def test_v2_fast_path_equals_the_checked_path(
             fast.close()
             slow.close()
             assert _outcome_v2(fast, keys, transfers) == _outcome_v2(slow, keys, transfers)
-        assert sorted(fast.raw_transport._store.objects) == sorted(slow.raw_transport._store.objects)  # type: ignore[attr-defined]
-        snaps = [s.metrics.snapshot() for s in (fast, slow)]
-        for snap in snaps:
-            for op in snap["ops"].values():
-                del op["seconds"], op["latency_counts"]
-        assert snaps[0] == snaps[1]
+        _assert_same_state(fast, slow)
     finally:
         for _, store in pair:
             drop_store(store)
