@@ -513,9 +513,9 @@ static inline int name_reusable(PyObject *s, Py_ssize_t len) {
  * does not always inline). */
 #define ASCII_DATA(op) ((char *)(((PyASCIIObject *)(op)) + 1))
 
-/* The page-hash part of a name made by compose_name with the same prefix length, fanout and
- * suffix: only that part differs between two names of one column (SGLang's 64-char hashes
- * in one fixed-size copy). */
+/* The page-hash part of a name made by compose_name with the same prefix and fanout, of the
+ * same length and ending in the wanted suffix: only that part differs (SGLang's 64-char
+ * hashes in one fixed-size copy). */
 static inline void rewrite_hash(char *d, Py_ssize_t lp, const char *hd, Py_ssize_t lh, Py_ssize_t fanout) {
     if (fanout) {
         memcpy(d + lp, hd, (size_t)fanout);
@@ -529,13 +529,12 @@ static inline void rewrite_hash(char *d, Py_ssize_t lp, const char *hd, Py_ssize
 }
 
 /* The names of a batch by a name plan, column-major (see plan_names). With slots (a Namer's
- * recycled names, cap of them; slot_col[j]: the column slots[j] was last named for), name j
- * reuses slots[j] when name_reusable (only its hash part rewritten when it was of the same
- * column), else is made and kept there; *reused counts the reuses. None when the check
- * cannot vouch for keys. */
+ * recycled names, cap of them), name j reuses slots[j] when name_reusable (only its hash
+ * part rewritten when it already ends in the wanted suffix: every name of one Namer starts
+ * with the same prefix and fanout part), else is made and kept there; *reused counts the
+ * reuses. None when the check cannot vouch for keys. */
 static PyObject *plan_names_core(PyObject *prefix, PyObject *suffixes, Py_ssize_t fanout, int hex_only,
-                                 PyObject *keys, PyObject **slots, Py_ssize_t *slot_col, Py_ssize_t cap,
-                                 long long *reused) {
+                                 PyObject *keys, PyObject **slots, Py_ssize_t cap, long long *reused) {
     if (!(PyList_CheckExact(keys) || PyTuple_CheckExact(keys)) || !PyUnicode_IS_COMPACT_ASCII(prefix) || fanout < 0)
         Py_RETURN_NONE;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(keys), n_cols = PyTuple_GET_SIZE(suffixes);
@@ -582,12 +581,11 @@ static PyObject *plan_names_core(PyObject *prefix, PyObject *suffixes, Py_ssize_
                 Py_INCREF(name);
                 ((PyASCIIObject *)name)->hash = -1;
                 again++;
-                if (slot_col[j] == c) { /* same prefix, fanout, suffix and length: the hash part */
+                if (memcmp(ASCII_DATA(name) + len - ls, q, (size_t)ls) == 0) { /* its suffix already */
                     rewrite_hash(ASCII_DATA(name), lp, ASCII_DATA(h), lh, fanout);
                     PyList_SET_ITEM(out, j, name);
                     continue;
                 }
-                slot_col[j] = c;
             } else {
                 name = PyUnicode_New(len, 127);
                 if (name == NULL) {
@@ -597,7 +595,6 @@ static PyObject *plan_names_core(PyObject *prefix, PyObject *suffixes, Py_ssize_
                 if (j < cap) { /* the old one (if any) is another's now, or freed: a str runs no code */
                     Py_INCREF(name);
                     Py_XSETREF(slots[j], name);
-                    slot_col[j] = c;
                 }
             }
             compose_name(ASCII_DATA(name), p, lp, ASCII_DATA(h), lh, fanout, q, ls);
@@ -621,7 +618,7 @@ static PyObject *plan_names(PyObject *self, PyObject *args) {
     int hex_only;
     if (!PyArg_ParseTuple(args, "UO!npO:plan_names", &prefix, &PyTuple_Type, &suffixes, &fanout, &hex_only, &keys))
         return NULL;
-    return plan_names_core(prefix, suffixes, fanout, hex_only, keys, NULL, NULL, 0, NULL);
+    return plan_names_core(prefix, suffixes, fanout, hex_only, keys, NULL, 0, NULL);
 }
 
 /* -- Namer: plan_names bound to one plan, recycling the names it handed out ---------------
@@ -639,7 +636,6 @@ typedef struct {
     int hex_only;
     long long reused;
     PyObject **slots;
-    Py_ssize_t *slot_col;
     vectorcallfunc vectorcall;
 } Namer;
 
@@ -670,17 +666,9 @@ static int namer_init(Namer *self, PyObject *args, PyObject *kw) {
 #ifdef Py_GIL_DISABLED
     cap = 0;
 #endif
-    if (cap > 0) {
-        self->slots = PyMem_Calloc((size_t)cap, sizeof(PyObject *));
-        self->slot_col = PyMem_Calloc((size_t)cap, sizeof(Py_ssize_t));
-        if (self->slots == NULL || self->slot_col == NULL) {
-            PyMem_Free(self->slots);
-            PyMem_Free(self->slot_col);
-            self->slots = NULL;
-            self->slot_col = NULL;
-            PyErr_NoMemory();
-            return -1;
-        }
+    if (cap > 0 && (self->slots = PyMem_Calloc((size_t)cap, sizeof(PyObject *))) == NULL) {
+        PyErr_NoMemory();
+        return -1;
     }
     Py_INCREF(prefix);
     Py_INCREF(suffixes);
@@ -704,14 +692,13 @@ static PyObject *namer_vectorcall(PyObject *callable, PyObject *const *args, siz
         return NULL;
     }
     return plan_names_core(self->prefix, self->suffixes, self->fanout, self->hex_only, args[0], self->slots,
-                           self->slot_col, self->cap, &self->reused);
+                           self->cap, &self->reused);
 }
 
 static void namer_dealloc(Namer *self) {
     for (Py_ssize_t j = 0; j < self->cap && self->slots != NULL; j++)
         Py_XDECREF(self->slots[j]);
     PyMem_Free(self->slots);
-    PyMem_Free(self->slot_col);
     Py_XDECREF(self->prefix);
     Py_XDECREF(self->suffixes);
     Py_TYPE(self)->tp_free((PyObject *)self);

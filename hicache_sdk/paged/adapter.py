@@ -56,7 +56,7 @@ from ..spec import (
 from ..transport import Transport
 from .columns import ExistsPlan, build_columns, exists_columns, read_columns, write_columns
 from .legacy import LegacyPathMixin
-from .objects import ObjectEngine, ObjectIO
+from .objects import ObjectEngine, ObjectIO, column_sizes, pages_present
 from .plumbing import ObjectPathMixin
 from .pools import PoolState, check_keys, check_policy, host_page_starts, resolve_transfers
 from .registration import PoolRegistryMixin
@@ -283,9 +283,9 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         out: list[tuple[list[str], tuple[int, ...]]] = []
         for plan in plans:
             names = plan.names(keys) if plan is not None else None
-            if names is None:
+            if plan is None or names is None:
                 return None
-            out.append((names, plan.sizes))  # type: ignore[union-attr]
+            out.append((names, plan.sizes))
         return out
 
     def _exists_planned(self, n: int, named: list[tuple[list[str], tuple[int, ...]]]) -> list[list[bool]]:
@@ -293,15 +293,13 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         call for all groups, each name asked once, as on the object path; names
         column-major within a group)."""
         names = [nm for group, _ in named for nm in group]
-        sizes = [sz for _, cols in named for sz in cols for _ in range(n)]
+        sizes = [sz for _, cols in named for sz in column_sizes(cols, n)]
         ok = [False] * len(names) if self._closed else self._engine.exists_named(names, sizes)
         present: list[list[bool]] = []
         pos = 0
-        for _, col_sizes in named:
-            k = len(col_sizes)
-            per_col = [ok[pos + c * n : pos + (c + 1) * n] for c in range(k)]
-            present.append(per_col[0] if k == 1 else list(map(all, zip(*per_col))) if k else [True] * n)
-            pos += k * n
+        for group, _ in named:
+            present.append(pages_present(ok[pos : pos + len(group)], n))
+            pos += len(group)
         return present
 
     # -- v1 zero-copy ----------------------------------------------------------------------
