@@ -16,7 +16,10 @@ resilience layer over it (deadline runner thread hop), so the rest is the paged 
     .venv/bin/python backends/mooncake/bench/bench_mooncake.py [--in-process] [--cases 256k] [--json FILE]
 
 ``--sglang`` adds SGLang 0.5.23's own ``MooncakeStore`` (no deadline of its own) on the same
-pool and names; it needs the real SGLang, i.e. the ``tox -e sglang`` environment::
+pool and names, and ``sglang_raw``: the raw call through that store's own Mooncake client
+(``sglang/own-raw`` = what SGLang's store adds to its client; two clients of one process can
+differ by several per cent on the same call). It needs the real SGLang, i.e. the ``tox -e
+sglang`` environment::
 
     .tox/sglang/bin/python backends/mooncake/bench/bench_mooncake.py --sglang
 """
@@ -53,6 +56,8 @@ def report(res: BenchResult, op: str, total: int, json_path: str | None) -> None
             line += f" | memcpy {med[k] * 1e3:7.3f} ms"
             continue
         line += f" | {k} {med[k] * 1e3:8.3f} ms ratio {med['raw'] / med[k]:.2f}"
+    if "sglang_raw" in med:  # SGLang's store against the raw call on its own Mooncake client
+        line += f" | sglang/own-raw {med['sglang_raw'] / med['sglang']:.2f}"
     if total:
         line += f" | raw {total / med['raw'] / 1e9:.2f} GB/s"
     print(line)
@@ -136,6 +141,7 @@ def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: in
     h.add("direct", mode("direct", lambda: st.batch_set_v1(keys, idx)), nbytes=total)
     if theirs is not None:
         h.add("sglang", lambda: theirs.batch_set_v1(keys, idx), nbytes=total)
+        h.add("sglang_raw", lambda: theirs.store.batch_put_from(okeys, ptrs, sizes), nbytes=total)
     h.add("memcpy", memcpy, nbytes=total)
     set_res = h.run(repeats=r, warmup=1, setup=wipe)
     assert raw.batch_put_from(okeys, ptrs, sizes) == [0] * len(okeys)
@@ -147,6 +153,7 @@ def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: in
     h.add("direct", mode("direct", lambda: st.batch_get_v1(keys, idx)), nbytes=total)
     if theirs is not None:
         h.add("sglang", lambda: theirs.batch_get_v1(keys, idx), nbytes=total)
+        h.add("sglang_raw", lambda: theirs.store.batch_get_into(okeys, ptrs, sizes), nbytes=total)
     h.add("memcpy", memcpy, nbytes=total)
     get_res = h.run(repeats=r, warmup=1)
 
@@ -172,6 +179,7 @@ def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: in
     h.add("ours_inline", ours_exists_inline)
     if theirs is not None:
         h.add("sglang", lambda: theirs.batch_exists(keys))
+        h.add("sglang_raw", lambda: theirs.store.batch_is_exist(okeys))
     ex_res = h.run(repeats=r * args.exists_factor, warmup=5)
 
     where = "in-process segment" if args.in_process else "holder in another process"
