@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
+import time
 from pathlib import Path
 
 import numpy as np
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
 
 
 def addr(a: np.ndarray) -> int:
@@ -30,3 +46,43 @@ def listing(root: Path) -> list[str]:
         for f in fn:
             out.append(os.path.relpath(os.path.join(dp, f), root))
     return sorted(out)
+
+
+def resident_pages(path: Path) -> int:
+    """How many of the file's pages the page cache holds: ``mincore`` on a read-only
+    mapping (mapping faults nothing in and, unlike an ``RWF_NOWAIT`` read, starts no
+    readahead)."""
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        ptr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if ptr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
+        try:
+            vec = ctypes.create_string_buffer(-(-size // mmap.PAGESIZE))
+            if _libc.mincore(ptr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore of {path} failed")
+            return sum(b & 1 for b in vec.raw)
+        finally:
+            _libc.munmap(ptr, size)
+    finally:
+        os.close(fd)
+
+
+def evict(path: Path, tries: int = 50) -> bool:
+    """Drop ``path`` from the page cache (fsync, then ``POSIX_FADV_DONTNEED``), retried
+    until ``mincore`` shows none of it resident. ``False`` when the kernel kept some of it
+    (a test that needs a cold read then skips rather than measuring a warm one)."""
+    for _ in range(tries):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        if resident_pages(path) == 0:
+            return True
+        time.sleep(0.01)
+    return False

@@ -11,20 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _helpers import pattern, segs
+from _helpers import evict, pattern, segs
 from hicache_backend_file import FileTransport, reads
 from hicache_backend_file.config import FileConfig
 
 Make = Callable[..., FileTransport]
-
-
-def _evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 @pytest.mark.parametrize("size", [4096 * 3, 4096 * 3 + 96, 100])
@@ -67,7 +58,7 @@ def test_cold_pages_read_exactly_on_any_thread_count(make_transport: Make, root:
     names = [f"c/{i:02x}/p{i}" for i in range(12)]
     assert t.write(names, [segs(p) for p in pages]) == [True] * 12
     for n in names[::2]:
-        _evict(root / n)  # a mix of cold and warm pages
+        evict(root / n)  # a mix of cold and warm pages
     outs = [np.zeros_like(p) for p in pages]
     assert t.read([*names, "missing"], [segs(o, parts=2) for o in outs] + [segs(outs[0])]) == [True] * 12 + [
         False
@@ -85,7 +76,7 @@ def test_more_cold_pages_than_held_descriptors(
     names = [f"h{i}" for i in range(5)]
     assert t.write(names, [segs(p) for p in pages]) == [True] * 5
     for n in names:
-        _evict(root / n)
+        evict(root / n)
     _wait_for_startup_sweep(t)
     before = _fds_under(root)
     outs = [np.zeros_like(p) for p in pages]
@@ -157,7 +148,7 @@ def test_large_batch_split_over_two_threads_matches_single_pass(
         os.truncate(root / names[i], 8000)
     for i in range(n):
         if i not in missing and i not in wrong:
-            (_evict if i in cold else Path.read_bytes)(root / names[i])
+            (evict if i in cold else Path.read_bytes)(root / names[i])
     outs = [np.zeros(8192, np.uint8) for _ in range(n)]
     got = t.read(names, [segs(o, parts=2) for o in outs])
     assert got == [i not in missing and i not in wrong for i in range(n)]
