@@ -24,6 +24,7 @@ A backend's own tests subclass :class:`hicache_conformance.BackendSuite` and set
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -47,7 +48,7 @@ from .capabilities import (
 from .factory import NAMESPACE_PREFIX, BackendFactory, resolve_backend_class
 from .matrix import PoolCase, pool_cases
 from .raw import RawObjects, default_raw_objects, is_memory_backend
-from .watchdog import Watchdog
+from .watchdog import Watchdog, settle
 
 __all__ = ["SuiteBase", "BackendFactory", "Attached", "NAMESPACE_PREFIX", "resolve_backend_class"]
 
@@ -84,6 +85,9 @@ class SuiteBase:
     test_timeout_s: ClassVar[float] = 120.0
     #: L4: the most one call may take while the service is down or slow (generous).
     call_deadline_s: ClassVar[float] = 10.0
+    #: After a test, how long the calls it abandoned (an L4 call past its deadline) get to
+    #: end before the next test starts; one still running then is reported as a warning.
+    settle_s: ClassVar[float] = 10.0
     #: L4: how long the same backend object gets to recover after a restart.
     recovery_s: ClassVar[float] = 20.0
     #: Hypothesis examples of the stateful test.
@@ -238,6 +242,13 @@ class SuiteBase:
         request.node.user_properties.append(("hicache_level", test_level(fn)))
         with Watchdog(self.test_timeout_s, label=name):
             yield
+        still = settle(self.settle_s)
+        if still:
+            warnings.warn(
+                f"{name}: {len(still)} abandoned backend call(s) still running {self.settle_s:g} s "
+                f"after the test ({', '.join(still)}); they may change what later tests see",
+                stacklevel=1,
+            )
 
     # -- helpers ---------------------------------------------------------------------------
     @staticmethod

@@ -8,10 +8,16 @@
 * :func:`bounded_call`: run one backend call in a daemon thread and give up after a
   deadline. A call that never returns is abandoned (the thread keeps running); the
   caller gets :class:`CallTimeout` and the test fails instead of hanging.
+* :func:`settle`: wait, bounded, for the calls :func:`bounded_call` abandoned. The suite
+  settles after every test (so a late call never lands in the next test's state) and at
+  interpreter exit: a thread still inside native code (torch, a pybind11 client) when the
+  interpreter finalizes takes the process down with ``SIGABRT`` ("terminate called without
+  an active exception"), seen here as a suite run that exited -6 instead of 1.
 """
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import signal
 import sys
@@ -21,9 +27,15 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
-__all__ = ["WatchdogTimeout", "CallTimeout", "Watchdog", "bounded_call"]
+__all__ = ["WatchdogTimeout", "CallTimeout", "Watchdog", "bounded_call", "settle"]
 
 T = TypeVar("T")
+
+#: How long, at interpreter exit, abandoned calls get to end (seconds, all together).
+EXIT_SETTLE_S = 10.0
+
+_abandoned: set[threading.Thread] = set()
+_abandoned_lock = threading.Lock()
 
 
 class WatchdogTimeout(AssertionError):
@@ -101,6 +113,8 @@ def bounded_call(fn: Callable[..., T], *args: Any, timeout: float, label: str = 
     start = time.monotonic()
     t.start()
     if not done.wait(timeout):
+        with _abandoned_lock:
+            _abandoned.add(t)
         raise CallTimeout(
             f"{label or getattr(fn, '__name__', 'call')} did not return within {timeout:g} s "
             f"(still running after {time.monotonic() - start:.1f} s)"
@@ -108,3 +122,21 @@ def bounded_call(fn: Callable[..., T], *args: Any, timeout: float, label: str = 
     if error:
         raise error[0]
     return result[0]  # type: ignore[no-any-return]
+
+
+def settle(timeout: float) -> list[str]:
+    """Wait up to ``timeout`` seconds in all for the calls :func:`bounded_call` abandoned
+    to end; the thread names of those still running (empty: none is)."""
+    end = time.monotonic() + max(timeout, 0.0)
+    with _abandoned_lock:
+        threads = list(_abandoned)
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
+    with _abandoned_lock:
+        _abandoned.difference_update([t for t in threads if not t.is_alive()])
+        return sorted(t.name for t in _abandoned)
+
+
+# atexit callbacks run before the interpreter starts finalizing, while daemon threads still
+# run normally: an abandoned call that ends now never meets a finalizing interpreter.
+atexit.register(settle, EXIT_SETTLE_S)

@@ -6,7 +6,7 @@ import pytest
 from hicache_conformance.capabilities import parse_levels, requires, validate_waivers
 from hicache_conformance.matrix import DIMENSIONS, full_matrix, pairwise
 from hicache_conformance.report import redact_config
-from hicache_conformance.watchdog import CallTimeout, Watchdog, WatchdogTimeout, bounded_call
+from hicache_conformance.watchdog import CallTimeout, Watchdog, WatchdogTimeout, bounded_call, settle
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -89,6 +89,56 @@ def test_bounded_call_times_out_and_passes_through() -> None:
     assert bounded_call(lambda x: x + 1, 1, timeout=1) == 2
     with pytest.raises(KeyError):
         bounded_call({}.__getitem__, "k", timeout=1)
+
+
+def test_settle_waits_for_abandoned_calls_and_names_the_rest() -> None:
+    import threading
+    import time
+
+    assert settle(0) == []
+    short, long_ = threading.Event(), threading.Event()
+    with pytest.raises(CallTimeout):
+        bounded_call(short.wait, 5, timeout=0.05, label="short")
+    with pytest.raises(CallTimeout):
+        bounded_call(long_.wait, 5, timeout=0.05, label="long")
+    threading.Timer(0.2, short.set).start()
+    t0 = time.monotonic()
+    assert settle(0.6) == ["hicache-conformance-call-long"]  # waited for "short", gave up on "long"
+    assert 0.5 <= time.monotonic() - t0 < 3
+    long_.set()
+    assert settle(2) == []
+
+
+_EXIT_SCRIPT = """
+import time, torch
+from hicache_conformance.watchdog import CallTimeout, bounded_call
+
+a = torch.zeros(1 << 20)
+
+def late():  # past its deadline, then torch work that releases the GIL, for ~1 s
+    time.sleep(0.3)
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        a.add_(1)
+    return a
+
+try:
+    bounded_call(late, timeout=0.25, label="late")
+except CallTimeout:
+    pass
+time.sleep(0.1)  # the interpreter exits while the abandoned call is inside torch
+"""
+
+
+def test_exit_waits_for_abandoned_calls_in_native_code() -> None:
+    """Without the exit settle, a daemon thread still inside torch when the interpreter
+    finalizes aborts the process ("terminate called without an active exception", -6)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    proc = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
 
 
 def test_watchdog_interrupts_a_hang() -> None:

@@ -34,7 +34,15 @@ Edge cases:
   runner against 6 inline, the hop 40-45 us; with the native hand-off 7.5 switches and
   0-14 us). Without the native module the hand-off is two Python locks (same behaviour);
 * exceptions raised by the function are captured and returned to the waiter
-  (:attr:`Call.error`); an exception in a late call is dropped (the waiter is gone).
+  (:attr:`Call.error`); an exception in a late call is dropped (the waiter is gone);
+* at interpreter exit (``atexit``, before finalization starts) every live runner gets up
+  to ``HICACHE_EXIT_DRAIN_S`` seconds in all (default 5) for its running and abandoned
+  calls to end (:func:`drain_all`). A daemon thread still inside native code when the
+  interpreter finalizes is killed by a forced unwind that C++ frames (torch, pybind11
+  clients such as Mooncake's) turn into ``std::terminate``: the process dies of
+  ``SIGABRT`` ("terminate called without an active exception"; measured here with a late
+  call in a torch loop: exit status -6 without the drain, 0 with it). A call still
+  running after the bound can still do that; nothing short of waiting for it can help.
 
 Two implementations, one behaviour. :class:`PyDeadlineRunner` is the reference, in Python.
 :data:`DeadlineRunner` is the native core (``_native.Runner``, ``hicache_sdk/_native_runner.c``)
@@ -51,16 +59,19 @@ where the Python runner leaves it neither waited for nor abandoned.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import logging
 import os
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from .._ext import native as _native
 
-__all__ = ["Call", "DeadlineRunner", "PyDeadlineRunner", "native_runner"]
+__all__ = ["Call", "DeadlineRunner", "PyDeadlineRunner", "drain_all", "exit_drain_s", "native_runner"]
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +210,7 @@ class PyDeadlineRunner:
         self._on_abandon_change = on_abandon_change
         self._shutdown = False
         self._follow = _follows(follow_caller_cpu)
+        _live.add(self)
 
     @property
     def follows_caller_cpu(self) -> bool:
@@ -371,8 +383,6 @@ class PyDeadlineRunner:
 
     def drain(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for every submitted call to end; True if they did."""
-        import time
-
         end = time.monotonic() + max(timeout, 0.0)
         with self._lock:
             while self._pending > 0:
@@ -422,6 +432,38 @@ elif (
             follow_caller_cpu: bool | None = None,
         ) -> None:
             super().__init__(max_workers, name, on_abandon_change, _follows(follow_caller_cpu))
+            _live.add(self)
 
 else:  # pragma: no cover - not built, not Linux, or HICACHE_NATIVE_RUNNER=0
     DeadlineRunner = PyDeadlineRunner
+
+
+_live: weakref.WeakSet[PyDeadlineRunner] = weakref.WeakSet()  # every runner not yet collected
+
+
+def drain_all(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds in all for every call on every live runner to end;
+    ``True`` if they did (module docs: run at interpreter exit)."""
+    end = time.monotonic() + max(timeout, 0.0)
+    done = True
+    for runner in list(_live):
+        done = runner.drain(max(end - time.monotonic(), 0.0)) and done
+    return done
+
+
+def exit_drain_s() -> float:
+    """``HICACHE_EXIT_DRAIN_S``: what :func:`drain_all` gets at interpreter exit (seconds)."""
+    raw = os.environ.get("HICACHE_EXIT_DRAIN_S", "5")
+    try:
+        return max(float(raw), 0.0)
+    except ValueError:
+        log.warning("HICACHE_EXIT_DRAIN_S=%r is not a number of seconds; using 5", raw)
+        return 5.0
+
+
+def _drain_at_exit() -> None:
+    if _live and not drain_all(exit_drain_s()):
+        log.debug("interpreter exit: calls still running after HICACHE_EXIT_DRAIN_S")
+
+
+atexit.register(_drain_at_exit)

@@ -256,3 +256,58 @@ def test_native_shutdown_finishes_the_backlog_and_the_runner_is_collected() -> N
         time.sleep(0.01)
     assert ref() is None
     assert not [t for t in threading.enumerate() if t.name.startswith("collect-me-")]
+
+
+def test_drain_all_waits_for_abandoned_calls_on_every_runner(runner_cls: type[PyDeadlineRunner]) -> None:
+    from hicache_sdk.resilience.deadline import drain_all
+
+    a, b = runner_cls(1), runner_cls(1)
+    release = threading.Event()
+    late = threading.Event()
+    in_time, _ = a.run(lambda: time.sleep(0.2), 0.01)
+    assert in_time is False and a.abandoned == 1
+    in_time, _ = b.run(release.wait, 0.01, on_late=lambda c: late.set())
+    assert in_time is False
+    t0 = time.monotonic()
+    assert drain_all(0.5) is False  # b's call is still blocked
+    assert 0.45 <= time.monotonic() - t0 < 3 and a.abandoned == 0
+    release.set()
+    assert drain_all(2) is True and late.is_set() and b.abandoned == 0
+    a.shutdown()
+    b.shutdown()
+
+
+_EXIT_SCRIPT = """
+import time, torch
+from hicache_sdk.resilience.deadline import DeadlineRunner
+
+a = torch.zeros(1 << 20)
+
+def late():  # past its deadline, then torch work that releases the GIL, for ~1 s
+    time.sleep(0.3)
+    end = time.monotonic() + 1.0
+    while time.monotonic() < end:
+        a.add_(1)
+
+r = DeadlineRunner(1)
+in_time, _ = r.run(late, 0.25)
+assert not in_time
+time.sleep(0.1)  # the interpreter exits while the abandoned call is inside torch
+"""
+
+
+@pytest.mark.parametrize("native", ["1", "0"], ids=["native", "python"])
+def test_interpreter_exit_drains_abandoned_calls_in_native_code(native: str) -> None:
+    """Without the exit drain the abandoned call's daemon thread meets a finalizing
+    interpreter inside torch and the process aborts (exit status -6)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    if native == "1" and not native_runner():
+        pytest.skip("the native module did not build")
+    env = {**os.environ, "HICACHE_NATIVE_RUNNER": native}
+    proc = subprocess.run(
+        [sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])

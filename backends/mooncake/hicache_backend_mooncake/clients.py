@@ -9,7 +9,8 @@ of one process with the same cluster settings can use one client:
 * :func:`acquire` hands out the cached client for those settings (creating it with
   ``setup`` on first use) and counts the reference; :func:`release` drops it.
 * A client nobody uses stays cached (at most :data:`MAX_IDLE` of them; the oldest idle one
-  beyond that is closed) and is closed at interpreter exit.
+  beyond that is closed) and is closed at interpreter exit, after the deadline runners'
+  bounded exit drain (``HICACHE_EXIT_DRAIN_S``).
 * Memory registration is counted per address, so two backends registering the same
   buffer do not unregister it under each other.
 
@@ -141,6 +142,11 @@ def unregister(key: ClientKey, store: Any, address: int) -> None:
 
 
 def _close_idle() -> None:
+    # Registered after the SDK's own exit drain, so run before it (atexit is LIFO): let
+    # running calls end first (bounded), so that the clients they release are closed too.
+    from hicache_sdk.resilience.deadline import drain_all, exit_drain_s
+
+    drain_all(exit_drain_s())
     with _lock:
         stores = [_clients.pop(k).store for k in _idle if k in _clients]
         _idle.clear()
