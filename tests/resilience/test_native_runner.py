@@ -279,7 +279,6 @@ def test_drain_all_waits_for_abandoned_calls_on_every_runner(runner_cls: type[Py
 
 _EXIT_SCRIPT = """
 import time, torch
-from hicache_sdk.resilience.deadline import DeadlineRunner
 
 a = torch.zeros(1 << 20)
 
@@ -289,25 +288,39 @@ def late():  # past its deadline, then torch work that releases the GIL, for ~1 
     while time.monotonic() < end:
         a.add_(1)
 
-r = DeadlineRunner(1)
-in_time, _ = r.run(late, 0.25)
-assert not in_time
+{abandon}
 time.sleep(0.1)  # the interpreter exits while the abandoned call is inside torch
+"""
+_ON_A_RUNNER = """
+from hicache_sdk.resilience.deadline import DeadlineRunner
+r = DeadlineRunner(1)
+assert not r.run(late, 0.25)[0]
+"""
+_BY_THE_SUITE = """
+from hicache_conformance.watchdog import CallTimeout, bounded_call
+try:
+    bounded_call(late, timeout=0.25, label="late")
+except CallTimeout:
+    pass
 """
 
 
-@pytest.mark.parametrize("native", ["1", "0"], ids=["native", "python"])
-def test_interpreter_exit_drains_abandoned_calls_in_native_code(native: str) -> None:
-    """Without the exit drain the abandoned call's daemon thread meets a finalizing
-    interpreter inside torch and the process aborts (exit status -6)."""
+@pytest.mark.parametrize(
+    ("native", "abandon"),
+    [("1", _ON_A_RUNNER), ("0", _ON_A_RUNNER), ("1", _BY_THE_SUITE)],
+    ids=["native-runner", "python-runner", "conformance-bounded_call"],
+)
+def test_interpreter_exit_waits_for_abandoned_calls_in_native_code(native: str, abandon: str) -> None:
+    """Without the exit drain (the runners') or the exit settle (the conformance suite's),
+    the abandoned call's daemon thread meets a finalizing interpreter inside torch and the
+    process aborts ("terminate called without an active exception", exit status -6)."""
     import subprocess
     import sys
 
     pytest.importorskip("torch")
-    if native == "1" and not native_runner():
+    if native == "1" and abandon is _ON_A_RUNNER and not native_runner():
         pytest.skip("the native module did not build")
     env = {**os.environ, "HICACHE_NATIVE_RUNNER": native}
-    proc = subprocess.run(
-        [sys.executable, "-c", _EXIT_SCRIPT], capture_output=True, text=True, timeout=60, env=env
-    )
+    script = _EXIT_SCRIPT.format(abandon=abandon)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
