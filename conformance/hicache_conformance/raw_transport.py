@@ -12,6 +12,7 @@ An object whose size the transport reports as ``SIZE_UNKNOWN`` cannot be fetched
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -41,10 +42,14 @@ class TransportRawObjects:
             lock = threading.Lock()
             inner_write = t.write
 
-            def write(keys: Any, buffers: Any) -> list[bool]:
+            def write(keys: Any, buffers: Any, *args: Any, **kwargs: Any) -> list[bool]:
+                # every argument of the transport protocol passes through unchanged
+                # (``cancel=`` of a cancellable transport, and whatever comes next)
                 with lock:
                     written.update(keys)
-                return inner_write(keys, buffers)  # type: ignore[no-any-return]
+                return inner_write(keys, buffers, *args, **kwargs)  # type: ignore[no-any-return]
+
+            functools.update_wrapper(write, inner_write)
 
             t.write = write  # instance attribute: the adapter's calls go through it
             setattr(t, _ATTR, written)

@@ -6,6 +6,7 @@ import pickle
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from hicache_conformance.child import main as child_main
@@ -86,3 +87,59 @@ def test_child_main_rejects_bad_arguments(tmp_path: Path) -> None:
     job.write_bytes(pickle.dumps({"not": "a job"}))
     assert child_main([str(job), str(tmp_path / "out.json")]) == 2
     assert not (tmp_path / "out.json").exists()
+
+
+class _CancellableMemory(MemoryTransport):
+    """A cancellable transport: every transfer must arrive with its ``cancel=`` token."""
+
+    cancellable = True
+    tokens: list[object] = []
+
+    def read(self, keys, buffers, cancel=None):  # type: ignore[no-untyped-def,override]
+        assert cancel is not None, "the resilience layer passes cancel= to a cancellable transport"
+        self.tokens.append(cancel)
+        return super().read(keys, buffers)
+
+    def write(self, keys, buffers, cancel=None):  # type: ignore[no-untyped-def,override]
+        assert cancel is not None, "the resilience layer passes cancel= to a cancellable transport"
+        self.tokens.append(cancel)
+        return super().write(keys, buffers)
+
+
+class _CancellableStorage(MemoryStorage):
+    transport_cls = _CancellableMemory
+
+    def create_transport(self, config: Any) -> _CancellableMemory:
+        return _CancellableMemory(store=config.store)
+
+
+def test_out_of_band_write_wrapper_passes_cancel_through() -> None:
+    """The suite's default out-of-band view wraps ``transport.write``; a cancellable
+    transport's writes arrive with ``cancel=`` and must still store (a wrapper without the
+    keyword made every write a silent miss: 54 of 80 ``hicache check redis`` tests failed)."""
+    import torch
+    from hicache_conformance.raw_transport import TransportRawObjects
+
+    from hicache_sdk import HiCacheStorageConfig, MHAHostPool
+    from hicache_sdk.kit import CancelToken
+
+    store = f"raw-cancel-{uuid.uuid4().hex[:8]}"
+    cfg = HiCacheStorageConfig(extra_config={"store": store, "transfer_timeout_s": 5.0})
+    backend = _CancellableStorage(cfg, {})
+    try:
+        raw = TransportRawObjects()
+        assert raw.names(backend) == []  # installs the wrapper
+        pool = MHAHostPool(64, 4, 2, 2, 8, dtype=torch.float16)
+        backend.register_mem_pool_host(pool)
+        pool.kv_buffer.view(torch.uint8).random_(0, 255)
+        keys = [f"{i:064x}" for i in range(3)]
+        idx = torch.arange(0, 3 * pool.page_size, dtype=torch.int64)
+        _CancellableMemory.tokens.clear()
+        assert backend.batch_set_v1(keys, idx) == [True, True, True]
+        assert len(raw.names(backend)) == 3
+        assert backend.batch_get_v1(keys, idx + 3 * pool.page_size) == [True, True, True]
+        assert _CancellableMemory.tokens and all(isinstance(t, CancelToken) for t in _CancellableMemory.tokens)
+        assert backend.raw_transport.write.__wrapped__.__func__ is _CancellableMemory.write  # type: ignore[attr-defined]
+    finally:
+        backend.close()
+        drop_store(store)

@@ -2,8 +2,10 @@
 
 A backend author subclasses :class:`PagedStorage` and sets ``config_cls``, ``transport_cls``
 (built as ``transport_cls(config)``; override :meth:`PagedStorage.create_transport` to build it
-otherwise) and ``backend_name``. The class's ``capabilities`` are derived, never restated: the
-adapter's own (:data:`~hicache_sdk.capabilities.ADAPTER`) plus ``transport_cls.capabilities``.
+otherwise) and ``backend_name``. The class's ``capabilities`` are derived: the adapter's own
+(:data:`~hicache_sdk.capabilities.ADAPTER`) plus ``transport_cls.capabilities``. A class that
+restates them (the 0.1.0 style) must agree with its transport, or class creation raises one
+``TypeError`` that names the change to make.
 Everything else -- hit semantics, alignment checks, key naming, headers, pools, metrics,
 failure reasons, host-memory registration -- lives here.
 
@@ -71,6 +73,38 @@ log = logging.getLogger(__name__)
 _KV = PoolName.KV.value
 
 
+def _derive_capabilities(cls: type[PagedStorage]) -> Capabilities:
+    """``cls.capabilities``: the adapter's own plus ``transport_cls.capabilities``.
+
+    A class may still restate ``capabilities`` as the 0.1.0 docs showed (the store's
+    capabilities, with or without the adapter's three). Beside ``transport_cls`` the
+    restatement must agree with the transport's. In a class that does not set
+    ``transport_cls`` itself (a transport built in ``create_transport``, or a subclass that
+    adds ``fault_injection`` for its tests) it declares the store's capabilities. Either way the
+    adapter's ``zero_copy``, ``hybrid_pools`` and ``mla`` are added: the adapter implements
+    them for every transport."""
+    tcls = cls.__dict__.get("transport_cls")
+    if tcls is not None and not (isinstance(tcls, type) and issubclass(tcls, Transport)):
+        raise TypeError(f"{cls.__name__}.transport_cls must be a Transport subclass, got {tcls!r}")
+    own = cls.__dict__.get("capabilities")
+    if own is not None and not isinstance(own, Capabilities):
+        raise TypeError(
+            f"{cls.__name__}.capabilities must be a hicache_sdk.Capabilities, got {type(own).__name__}"
+        )
+    if tcls is None:  # inherited transport (or one built in create_transport): own words count
+        return ADAPTER.union(own) if own is not None else cls.capabilities
+    derived = ADAPTER.union(tcls.capabilities)
+    if own is not None and ADAPTER.union(own) != derived:
+        differ = [n for n in Capabilities.names() if getattr(ADAPTER.union(own), n) != getattr(derived, n)]
+        raise TypeError(
+            f"{cls.__name__}.capabilities disagrees with {tcls.__name__}.capabilities on "
+            f"{', '.join(differ)}: delete the `capabilities = ...` line of {cls.__name__} and declare "
+            f"the store's capabilities on {tcls.__name__} only (a PagedStorage class derives its own "
+            f"from transport_cls plus the adapter's zero_copy, hybrid_pools and mla)"
+        )
+    return derived
+
+
 class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheStorage):
     """One generic ``HiCacheStorage`` implementation over a :class:`Transport`.
 
@@ -86,17 +120,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        tcls = cls.__dict__.get("transport_cls")
-        if tcls is None:
-            return
-        if not (isinstance(tcls, type) and issubclass(tcls, Transport)):
-            raise TypeError(f"{cls.__name__}.transport_cls must be a Transport subclass, got {tcls!r}")
-        if "capabilities" in cls.__dict__:
-            raise TypeError(
-                f"{cls.__name__}: capabilities are derived from transport_cls "
-                f"({tcls.__name__}.capabilities) plus the adapter's own; do not restate them"
-            )
-        cls.capabilities = ADAPTER.union(tcls.capabilities)
+        cls.capabilities = _derive_capabilities(cls)
 
     def __init__(self, storage_config: Any = None, kwargs: Optional[Mapping[str, Any]] = None) -> None:
         self.storage_config: Any = storage_config if storage_config is not None else HiCacheStorageConfig()

@@ -62,12 +62,42 @@ def test_capabilities_are_the_adapters_plus_the_transports() -> None:
     assert ADAPTER.union(Capabilities(ttl=True)).ttl
 
 
-def test_restating_capabilities_or_a_bad_transport_cls_is_refused() -> None:
-    with pytest.raises(TypeError, match="derived from transport_cls"):
+def test_restated_capabilities_are_accepted_when_they_agree_with_the_transport() -> None:
+    class Twice(PagedStorage):  # the 0.1.0 docs' style: the transport's, restated
+        transport_cls = Recorder
+        capabilities = Recorder.capabilities
+
+    class Full(PagedStorage):  # or with the adapter's three as well
+        transport_cls = Recorder
+        capabilities = ADAPTER.union(Recorder.capabilities)
+
+    assert Twice.capabilities == Full.capabilities == ADAPTER.union(Recorder.capabilities)
+
+    class Built(PagedStorage):  # no transport_cls: the restatement declares the store
+        capabilities = Recorder.capabilities
+
+        def create_transport(self, config: Any) -> Recorder:
+            return Recorder()
+
+    assert Built.capabilities == ADAPTER.union(Recorder.capabilities)
+
+
+def test_restated_capabilities_that_disagree_or_a_bad_transport_cls_are_refused() -> None:
+    with pytest.raises(TypeError) as e:
 
         class Twice(PagedStorage):
             transport_cls = Recorder
-            capabilities = Recorder.capabilities
+            capabilities = Capabilities(persistent=True, ttl=True)
+
+    msg = str(e.value)
+    assert msg.startswith("Twice.capabilities disagrees with Recorder.capabilities on ttl, delete:"), msg
+    assert "delete the `capabilities = ...` line of Twice" in msg
+
+    with pytest.raises(TypeError, match=r"Wrong\.capabilities must be a hicache_sdk\.Capabilities"):
+
+        class Wrong(PagedStorage):
+            transport_cls = Recorder
+            capabilities = {"ttl": True}  # type: ignore[assignment]
 
     with pytest.raises(TypeError, match="Transport subclass"):
 
