@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import _compat
 from .capabilities import Capabilities
 from .config import BackendConfig, parse_config_arg, secret_field, setting
 from .errors import (
@@ -41,12 +42,14 @@ from .transport import SIZE_UNKNOWN, Segment, Segments, Transport, TransportErro
 
 __version__ = "0.1.0"
 
+_compat.install()  # the modules 0.2.0 moved still import under their old names (deprecated)
+
 # name -> module that defines it; imported on first access.
 _LAZY: dict[str, str] = {
     "PagedStorage": "hicache_sdk.paged",
-    "MemoryStorage": "hicache_sdk.memory_backend",
-    "MemoryTransport": "hicache_sdk.memory_backend",
-    "MemoryConfig": "hicache_sdk.memory_backend",
+    "MemoryStorage": "hicache_sdk.memory",
+    "MemoryTransport": "hicache_sdk.memory",
+    "MemoryConfig": "hicache_sdk.memory",
     "MHAHostPool": "hicache_sdk.hostpool",
     "MLAHostPool": "hicache_sdk.hostpool",
     "MambaHostPool": "hicache_sdk.hostpool",
@@ -62,13 +65,13 @@ _LAZY: dict[str, str] = {
     "list_backends": "hicache_sdk.registry",
     "register_backend": "hicache_sdk.registry",
     "resolve_backend": "hicache_sdk.registry",
-    "Metrics": "hicache_sdk.resilience.metrics",
+    "Metrics": "hicache_sdk.metrics.backend",
     "FailureInjector": "hicache_sdk.resilience",
     "wrap_transport": "hicache_sdk.resilience",
     # the transport kit (docs/transport-kit.md)
     "CachedExistence": "hicache_sdk.kit.existence",
     "CancelToken": "hicache_sdk.kit.cancel",
-    "FailureReasons": "hicache_sdk.kit.failures",
+    "FailureReasons": "hicache_sdk.transport",
     "FanOut": "hicache_sdk.kit.fanout",
 }
 
@@ -149,17 +152,17 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .keys.schemes import make_scheme as make_scheme
     from .kit.cancel import CancelToken as CancelToken
     from .kit.existence import CachedExistence as CachedExistence
-    from .kit.failures import FailureReasons as FailureReasons
     from .kit.fanout import FanOut as FanOut
-    from .memory_backend import (
+    from .memory import (
         MemoryConfig as MemoryConfig,
     )
-    from .memory_backend import (
+    from .memory import (
         MemoryStorage as MemoryStorage,
     )
-    from .memory_backend import (
+    from .memory import (
         MemoryTransport as MemoryTransport,
     )
+    from .metrics.backend import Metrics as Metrics
     from .paged import PagedStorage as PagedStorage
     from .registry import (
         BackendInfo as BackendInfo,
@@ -178,4 +181,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from .resilience import FailureInjector as FailureInjector
     from .resilience import wrap_transport as wrap_transport
-    from .resilience.metrics import Metrics as Metrics
+    from .transport import FailureReasons as FailureReasons

@@ -1,7 +1,7 @@
 """The ``HiCacheStorage`` contract, drop-in compatible with SGLang 0.5.23.
 
 Names, fields, defaults, signatures and return semantics follow
-``sglang.srt.mem_cache.hicache_storage`` of SGLang 0.5.23 (see ``_profile`` for the
+``sglang.srt.mem_cache.hicache_storage`` of SGLang 0.5.23 (see :mod:`hicache_sdk.sglang.versions` for the
 version-specific facts). Where SGLang is a trap we are stricter:
 
 * ``batch_get_v1`` / ``batch_set_v1`` raise ``NotImplementedError`` when a backend does
@@ -18,6 +18,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, List, Optional
+
+from .sglang.versions import CURRENT
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -39,10 +41,10 @@ __all__ = [
 
 #: The most pages one batched L3 transfer carries (prefetch transfer and backup).
 #: Existence queries are not capped by it.
-STORAGE_BATCH_SIZE = 128
+STORAGE_BATCH_SIZE = CURRENT.storage_batch_size
 
 # SGLang's storage config lives in its own module; re-exported here, where SGLang has it.
-from .storage_config import HiCacheStorageConfig  # noqa: E402
+from .config.storage import HiCacheStorageConfig  # noqa: E402
 
 
 @dataclass

@@ -25,16 +25,103 @@ Rules every transport follows:
 
 from __future__ import annotations
 
+import re
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from .capabilities import Capabilities
 from .errors import TransportError
-from .kit.failures import FailureReasons
-from .kit.segments import Segment, Segments
 
-__all__ = ["Segment", "Segments", "SIZE_UNKNOWN", "Transport", "TransportError"]
+__all__ = [
+    "SIZE_UNKNOWN",
+    "FailureReasons",
+    "Segment",
+    "Segments",
+    "Transport",
+    "TransportError",
+    "check_reason",
+]
+
+#: ``(address, nbytes)`` of one contiguous piece of memory.
+Segment = tuple[int, int]
+#: The scatter/gather list of one object.
+Segments = Sequence[Segment]
+
+# -- failure reasons ---------------------------------------------------------------------
+# A transport never raises for a per-object I/O failure: it reports a miss and counts *why*
+# through ``Transport.count_failure``, which lands in its :class:`FailureReasons`. The adapter
+# binds that sink to its ``Metrics`` (``metrics.error``), so every reason appears in
+# ``get_stats()``, ``hicache ping`` and the Prometheus exporter. Reasons are short stable
+# tokens used as metric labels (``"connection"``, ``"timeout"``, ``"disk_full"``...):
+# lowercase letters, digits and ``_``, at most 64 characters; anything else is a
+# ``ValueError`` (a reason is never free text, so it can never carry a secret or a path).
+_TOKEN = re.compile(r"[a-z0-9_]{1,64}\Z")
+
+#: ``sink(reason, n)``: where counted reasons are forwarded (``Metrics.error``).
+Sink = Callable[[str, int], None]
+
+
+def check_reason(reason: object) -> str:
+    """``reason`` if it is a valid token, else ``ValueError`` naming it."""
+    if not isinstance(reason, str) or not _TOKEN.match(reason):
+        raise ValueError(
+            f"failure reason must be a lowercase token ([a-z0-9_], 1-64 chars), got {reason!r:.80}"
+        )
+    return reason
+
+
+class FailureReasons:
+    """Thread-safe counts of failure reasons since creation, forwarded to bound sinks.
+
+    :meth:`count` before any sink is bound is kept and replayed to a sink when it binds (a
+    transport may fail in its constructor's background work before the adapter binds it).
+    """
+
+    __slots__ = ("_counts", "_lock", "_sinks")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._sinks: list[Sink] = []
+
+    def count(self, reason: str, n: int = 1) -> None:
+        """Add ``n`` (>= 1) failures of ``reason`` and forward them to every bound sink."""
+        check_reason(reason)
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n!r}")
+        with self._lock:
+            self._counts[reason] = self._counts.get(reason, 0) + n
+            sinks = list(self._sinks)
+        for sink in sinks:
+            sink(reason, n)
+
+    def bind(self, sink: Sink) -> None:
+        """Forward future counts to ``sink`` and replay the counts so far to it. Binding
+        the same sink twice is a no-op."""
+        with self._lock:
+            if sink in self._sinks:
+                return
+            self._sinks.append(sink)
+            past = list(self._counts.items())
+        for reason, n in past:
+            sink(reason, n)
+
+    def unbind(self, sink: Sink) -> None:
+        """Stop forwarding to ``sink`` (missing: no-op)."""
+        with self._lock:
+            if sink in self._sinks:
+                self._sinks.remove(sink)
+
+    def snapshot(self) -> dict[str, int]:
+        """Counts so far by reason (a copy)."""
+        with self._lock:
+            return dict(self._counts)
+
+    def __repr__(self) -> str:
+        return f"FailureReasons({self.snapshot()!r})"
+
 
 #: Returned by :meth:`Transport.exists` for a present object whose size is not known cheaply.
 SIZE_UNKNOWN = -1
@@ -78,7 +165,7 @@ class Transport(ABC):
     def count_failure(self, reason: str, n: int = 1) -> None:
         """Count ``n`` failures of ``reason`` (a short lowercase token such as
         ``"connection"``, ``"timeout"``, ``"disk_full"``; see
-        :mod:`hicache_sdk.kit.failures`). The adapter forwards them to its metrics, so
+        :mod:`hicache_sdk.transport`). The adapter forwards them to its metrics, so
         they reach ``get_stats()`` and ``hicache ping``."""
         self.failures.count(reason, n)
 

@@ -20,7 +20,7 @@ import uuid
 import torch
 
 from hicache_sdk.hostpool import MHAHostPool, page_segments
-from hicache_sdk.memory_backend import MemoryStorage, drop_store
+from hicache_sdk.memory import MemoryStorage, drop_store
 from hicache_sdk.spec import HiCacheStorageConfig
 
 PAGES, PAGE_SIZE, LAYERS, HEADS, HEAD_DIM = 128, 64, 8, 2, 64

@@ -34,8 +34,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device here; nothing measured (exit 0)")
         return 0
+    from hicache_sdk.hiradix import DevicePool
     from hicache_sdk.hostpool import MHAHostPool
-    from hicache_sdk.readpath import DevicePool
 
     # one page = 2 (K,V) x page_size x L x H x D x 2 bytes = 256 KiB with these numbers
     ps, L, H, D = 64, 8, 4, 64

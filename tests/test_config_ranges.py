@@ -8,9 +8,9 @@ from types import MappingProxyType
 import pytest
 
 from hicache_sdk.config import BackendConfig
+from hicache_sdk.config.units import parse_duration, parse_size
 from hicache_sdk.errors import ConfigError, HiCacheError
 from hicache_sdk.spec import HiCacheStorageConfig
-from hicache_sdk.units import parse_duration, parse_size
 
 
 @pytest.mark.parametrize(

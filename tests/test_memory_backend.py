@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hicache_sdk.errors import ConfigError
-from hicache_sdk.memory_backend import MemoryConfig, MemoryStorage, MemoryTransport, drop_store
+from hicache_sdk.memory import MemoryConfig, MemoryStorage, MemoryTransport, drop_store
 from hicache_sdk.spec import HiCacheStorageConfig
 
 
@@ -128,4 +128,4 @@ def test_entry_point_declared() -> None:
     root = Path(__file__).resolve().parents[1]
     data = tomllib.loads((root / "pyproject.toml").read_text())
     eps = data["project"]["entry-points"]["hicache_sdk.backends"]
-    assert eps["memory"] == "hicache_sdk.memory_backend:MemoryStorage"
+    assert eps["memory"] == "hicache_sdk.memory:MemoryStorage"

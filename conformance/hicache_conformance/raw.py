@@ -54,7 +54,7 @@ class RawObjects(Protocol):
 def _memory_transport(backend: Any) -> Any:
     """The ``MemoryTransport`` under ``backend.raw_transport``, following ``.inner`` of
     wrapping test transports. Raises ``ValueError`` naming ``backend`` when there is none."""
-    from hicache_sdk.memory_backend import MemoryTransport
+    from hicache_sdk.memory import MemoryTransport
 
     t = getattr(backend, "raw_transport", None)
     for _ in range(8):
@@ -163,7 +163,7 @@ class DirectoryRawObjects:
 def is_memory_backend(cls: Any) -> bool:
     """Whether ``cls`` is the ``memory`` backend or a subclass of it."""
     try:
-        from hicache_sdk.memory_backend import MemoryStorage
+        from hicache_sdk.memory import MemoryStorage
     except ImportError:  # pragma: no cover - the SDK always ships memory
         return False
     return isinstance(cls, type) and issubclass(cls, MemoryStorage)

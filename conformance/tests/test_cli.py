@@ -6,7 +6,7 @@ from typing import Any
 
 from hicache_conformance.cli import EXIT_BACKEND_UNUSABLE, main
 
-from hicache_sdk.memory_backend import MemoryStorage
+from hicache_sdk.memory import MemoryStorage
 
 
 def test_check_memory_passes_and_writes_report(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 from hicache_conformance import BackendSuite
 from hicache_conformance.faults import memory_with_faults, private_store_config
 
-from hicache_sdk.memory_backend import MemoryStorage
+from hicache_sdk.memory import MemoryStorage
 
 _Backend, _hooks = memory_with_faults(MemoryStorage)
 

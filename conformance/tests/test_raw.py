@@ -14,7 +14,7 @@ from hicache_conformance.faults import FaultState, FaultyTransport
 from hicache_conformance.raw import DirectoryRawObjects, MemoryRawObjects, default_raw_objects
 from hicache_conformance.suite.l1_raw import SPEC_HASH, sglang_kv_names
 
-from hicache_sdk.memory_backend import MemoryStorage, MemoryTransport, drop_store
+from hicache_sdk.memory import MemoryStorage, MemoryTransport, drop_store
 
 
 def test_memory_raw_objects_through_wrapping_transports() -> None:
@@ -138,7 +138,9 @@ def test_out_of_band_write_wrapper_passes_cancel_through() -> None:
         assert backend.batch_set_v1(keys, idx) == [True, True, True]
         assert len(raw.names(backend)) == 3
         assert backend.batch_get_v1(keys, idx + 3 * pool.page_size) == [True, True, True]
-        assert _CancellableMemory.tokens and all(isinstance(t, CancelToken) for t in _CancellableMemory.tokens)
+        assert _CancellableMemory.tokens and all(
+            isinstance(t, CancelToken) for t in _CancellableMemory.tokens
+        )
         assert backend.raw_transport.write.__wrapped__.__func__ is _CancellableMemory.write  # type: ignore[attr-defined]
     finally:
         backend.close()

@@ -112,7 +112,7 @@ def test_a_namespace_that_already_holds_objects_is_refused(tmp_path: Any) -> Non
     suite refuses to touch it, with a clear message, and leaves the objects alone."""
     src = [
         "from hicache_conformance import BackendSuite",
-        "from hicache_sdk.memory_backend import MemoryTransport",
+        "from hicache_sdk.memory import MemoryTransport",
         "import ctypes",
         "_buf = ctypes.create_string_buffer(b'precious', 8)",
         "MemoryTransport(store='prod-like').write(['precious'], [[(ctypes.addressof(_buf), 8)]])",
@@ -122,7 +122,7 @@ def test_a_namespace_that_already_holds_objects_is_refused(tmp_path: Any) -> Non
         "    def namespace_config(self, ns):",
         "        return {'store': 'prod-like'}  # wrong: every namespace shares one store",
         "def test_precious_is_still_there():",
-        "    from hicache_sdk.memory_backend import MemoryTransport",
+        "    from hicache_sdk.memory import MemoryTransport",
         "    assert MemoryTransport(store='prod-like').exists(['precious']) == [8]",
     ]
     (tmp_path / "test_wrong.py").write_text("\n".join(src))

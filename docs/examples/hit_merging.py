@@ -9,7 +9,7 @@ restorable-endpoint intersection answers 5, the only prefix both pools can resto
 The same numbers three ways: the pure fold (``hicache_sdk.paged.merge``), a real backend's
 ``batch_exists_v2`` over real host pools (the ``memory`` backend, so through the paged
 adapter, the key scheme and the transport), and the cross-rank agreement of the read path
-(``hicache_sdk.readpath.ranks``). Run it::
+(``hicache_sdk.hiradix.ranks``). Run it::
 
     .venv/bin/python docs/examples/hit_merging.py
 """
@@ -23,9 +23,9 @@ import torch
 
 from hicache_sdk import HiCacheStorageConfig, PoolHitPolicy, PoolName, PoolTransfer
 from hicache_sdk.hostpool import MambaHostPool, MHAHostPool, SWAHostPool
-from hicache_sdk.memory_backend import MemoryStorage, drop_store
+from hicache_sdk.memory import MemoryStorage, drop_store
 from hicache_sdk.paged.merge import PoolPresence, fold_exists_v2, fold_min_of_maxima
-from hicache_sdk.readpath.ranks import restorable_flags
+from hicache_sdk.hiradix.ranks import restorable_flags
 
 PAGES = 10
 MAMBA_PAGES = [4, 7]  # states after pages 5 and 8

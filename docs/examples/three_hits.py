@@ -23,8 +23,8 @@ import torch
 
 from hicache_sdk import HiCacheStorageConfig
 from hicache_sdk.hostpool import MHAHostPool
-from hicache_sdk.memory_backend import MemoryStorage, drop_store
-from hicache_sdk.readpath import CacheState, DevicePool, Engine, ReadPathConfig, StepRunner, VirtualClock
+from hicache_sdk.memory import MemoryStorage, drop_store
+from hicache_sdk.hiradix import CacheState, DevicePool, Engine, ReadPathConfig, StepRunner, VirtualClock
 
 GEOM = {"layer_num": 2, "head_num": 1, "head_dim": 4}
 CFG = ReadPathConfig(page_size=4, prefetch_threshold=8)

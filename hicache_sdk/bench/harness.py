@@ -44,10 +44,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["PERCENTILES", "SCHEMA", "BenchResult", "Harness", "percentile", "round_orders", "write_result"]
+__all__ = [
+    "PERCENTILES",
+    "RUN_SCHEMA",
+    "SCHEMA",
+    "BenchResult",
+    "Harness",
+    "percentile",
+    "round_orders",
+    "write_result",
+    "write_run",
+]
 
 #: The schema tag of :meth:`BenchResult.to_json`.
 SCHEMA = "hicache-bench/1"
+#: The schema tag of :func:`write_run`'s file: one benchmark run (its command, date and
+#: ``hicache-bench/1`` documents), the input of ``scripts/gen_bench_docs.py``.
+RUN_SCHEMA = "hicache-bench-run/1"
 
 
 #: The latency percentiles every result carries (``p50_s`` ...).
@@ -280,3 +293,43 @@ def write_result(res: BenchResult, path: str | os.PathLike[str]) -> dict[str, An
     tmp.write_text(json.dumps(docs, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, p)
     return doc
+
+
+def write_run(
+    results: Sequence[BenchResult | Mapping[str, Any]],
+    path: str | os.PathLike[str],
+    *,
+    command: str | None = None,
+    notes: str = "",
+) -> dict[str, Any]:
+    """Write one benchmark run to ``path`` (replacing it): ``{"schema": RUN_SCHEMA,
+    "command": ..., "date": "YYYY-MM-DD" (UTC), "machine": ..., "notes": ..., "results":
+    [hicache-bench/1 documents]}``. ``command`` defaults to the running script and its
+    arguments (``python <script> <args>``, as run from the repository root). Returns the
+    document. ``scripts/gen_bench_docs.py`` renders such files into the docs' tables."""
+    docs = [r.to_json() if isinstance(r, BenchResult) else dict(r) for r in results]
+    for d in docs:
+        if d.get("schema") != SCHEMA:
+            raise ValueError(f"write_run: a result is not a {SCHEMA} document")
+    if command is None:
+        import shlex
+
+        command = shlex.join(["python", *sys.argv])
+    run = {
+        "schema": RUN_SCHEMA,
+        "command": command,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": {
+            "cpus": os.cpu_count() or 0,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "notes": notes,
+        "results": docs,
+    }
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, p)
+    return run

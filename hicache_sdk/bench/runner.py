@@ -11,7 +11,7 @@ as the size needs). Then, for every batch size ``b``, one harness run per op:
 * ``get``: ``batch_get_v1`` of ``b`` pages written beforehand (untimed), into other slots;
 * ``exists``: ``batch_exists`` over those ``b`` present keys.
 
-A backend without v1 (see :func:`hicache_sdk.sglang_checks.implements_v1`) runs the generic
+A backend without v1 (see :func:`hicache_sdk.sglang.checks.implements_v1`) runs the generic
 ``batch_set``/``batch_get`` with flat pages instead (``params["api"] == "generic"``). Next
 to ``ours``, set and get time ``limit_memcpy``: one single-threaded ``memmove`` of the same
 number of bytes between pre-faulted buffers, the machine's memory-copy limit (interleaved with ours, so the ratio ``ours/limit`` is robust to
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..sglang_checks import implements_v1
+from ..sglang.checks import implements_v1
 from .harness import BenchResult, Harness
 from .progress import Progress
 

@@ -28,8 +28,8 @@ from typing import Any
 
 from .._extras import MissingExtraError
 from ..config import parse_config_arg
+from ..config.units import parse_size
 from ..errors import HiCacheError
-from ..units import parse_size
 
 HELP = "benchmark set/get/exists of a backend (throughput, p50/p90/p99); 'bench plot' draws results"
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")

@@ -4,7 +4,7 @@ Instance 1 serves a multi-turn workload (shared system prompts) and writes throu
 store; instance 2 starts cold and serves the same prefixes from storage; instance 3 uses a
 different KV dtype and must get zero storage hits (the dtype is part of the model identity
 in the backend's keys), never wrong bytes. KV is a deterministic function of (prefix, layer)
-(:func:`hicache_sdk.readpath.page_kv`), and every served page is compared with it.
+(:func:`hicache_sdk.hiradix.page_kv`), and every served page is compared with it.
 
 Backend: the local-file backend in a temporary directory by default; ``--backend NAME
 --config JSON`` for any installed one. ``--hybrid`` adds a Mamba state pool (TRAILING,
@@ -64,8 +64,8 @@ def _instance(name: str, args: dict[str, Any], dtype_name: str, q: Any) -> None:
     import torch
 
     from hicache_sdk import HiCacheStorageConfig, create_backend
+    from hicache_sdk.hiradix import CacheState, DevicePool, Engine, ReadPathConfig, Sidecar, ThreadRunner
     from hicache_sdk.hostpool import IndexerHostPool, MambaHostPool, MHAHostPool
-    from hicache_sdk.readpath import CacheState, DevicePool, Engine, ReadPathConfig, Sidecar, ThreadRunner
     from hicache_sdk.spec import PoolHitPolicy
 
     dtype = getattr(torch, dtype_name)

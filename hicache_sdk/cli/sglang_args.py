@@ -40,7 +40,7 @@ from ..config import BackendConfig, parse_config_arg
 from ..errors import HiCacheError
 from ..registry import resolve_backend
 from ..sglang import BRIDGE_EXTRA_CONFIG
-from ..sglang_checks import implements_v1
+from ..sglang.checks import implements_v1
 
 HELP = "print the SGLang flags that load a backend through the hicache-sdk bridge"
 

@@ -1,7 +1,7 @@
 """``hicache stats TARGET``: a running backend's metrics, read from its Prometheus endpoint.
 
 ``TARGET`` is the endpoint URL (``http://host:port/metrics``), ``host:port`` or a bare port
-(``127.0.0.1``). The endpoint is the one :mod:`hicache_sdk.prometheus` serves -- inside SGLang,
+(``127.0.0.1``). The endpoint is the one :mod:`hicache_sdk.metrics.prometheus` serves -- inside SGLang,
 the bridge's ``metrics_port`` (rank ``r`` on ``metrics_port + r``). Reading needs no extra:
 the exposition text is parsed here.
 

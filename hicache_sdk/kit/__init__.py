@@ -1,6 +1,7 @@
 """The transport kit: what every backend would otherwise rewrite (see ``docs/transport-kit.md``).
 
-* :mod:`.failures` -- :class:`FailureReasons`, the sink behind ``Transport.count_failure``;
+* :class:`FailureReasons` -- the sink behind ``Transport.count_failure`` (defined with the
+  transport interface, :mod:`hicache_sdk.transport`);
 * :mod:`.segments` -- ``(address, nbytes)`` lists: views, coalescing, native bulk copies;
 * :mod:`.fanout` -- :class:`FanOut`, a bounded thread fan-out of one batch;
 * :mod:`.existence` -- :class:`CachedExistence`, the positive-lookup cache with explicit
@@ -15,11 +16,10 @@ Size and duration parsing lives in the config (:func:`hicache_sdk.config.setting
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..transport import FailureReasons
 from .batches import first_occurrences
 from .cancel import CancelToken
-from .failures import FailureReasons
+from .existence import CachedExistence
 from .fanout import FanOut
 from .segments import coalesce, copy_runs, gather, memoryviews, scatter, total_bytes
 
@@ -36,11 +36,3 @@ __all__ = [
     "scatter",
     "total_bytes",
 ]
-
-
-def __getattr__(name: str) -> Any:  # CachedExistence needs transport.py, which needs this package
-    if name == "CachedExistence":
-        from .existence import CachedExistence
-
-        return CachedExistence
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,6 +22,7 @@ import ctypes
 from collections.abc import Sequence
 
 from .._ext import native as _native
+from ..transport import Segment, Segments
 
 __all__ = [
     "NATIVE",
@@ -34,11 +35,6 @@ __all__ = [
     "scatter",
     "total_bytes",
 ]
-
-#: ``(address, nbytes)`` of one contiguous piece of memory.
-Segment = tuple[int, int]
-#: The scatter/gather list of one object.
-Segments = Sequence[Segment]
 
 #: Whether the compiled copy module is in use.
 NATIVE = _native is not None

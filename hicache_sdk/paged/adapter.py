@@ -44,8 +44,8 @@ from ..capabilities import ADAPTER, Capabilities
 from ..config import BackendConfig
 from ..errors import ConfigError
 from ..keys.scheme_base import KeyScheme
+from ..metrics.backend import Metrics
 from ..resilience import wrap_transport
-from ..resilience.metrics import Metrics
 from ..spec import (
     HiCacheStorage,
     HiCacheStorageConfig,
@@ -57,9 +57,9 @@ from ..spec import (
 )
 from ..transport import Transport
 from .columns import ExistsPlan, build_columns, exists_columns, read_columns, write_columns
-from .legacy import LegacyPathMixin
+from .generic import LegacyPathMixin
+from .objectpath import ObjectPathMixin
 from .objects import ObjectEngine, ObjectIO, column_sizes, pages_present
-from .plumbing import ObjectPathMixin
 from .pools import PoolState, check_keys, check_policy, host_page_starts, resolve_transfers
 from .registration import PoolRegistryMixin
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..kit.batches import first_occurrences
 from ..kit.segments import coalesce, gather, scatter
-from ..resilience.metrics import Metrics
+from ..metrics.backend import Metrics
 from ..transport import SIZE_UNKNOWN, Segment, Transport, TransportError
 from .header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments, plain_records
 

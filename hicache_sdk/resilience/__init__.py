@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ..metrics.backend import Metrics
 from ..transport import Transport
 from .breaker import CircuitBreaker
 from .inject import FailureInjector, is_inside_sglang, set_inside_sglang
-from .metrics import Metrics
 from .resilient import Quarantine, ResilienceConfig, ResilientTransport
 from .staging import StagingPool
 

@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..sglang.versions import CURRENT
 from ..transport import TransportError
 
 __all__ = [
@@ -123,9 +124,9 @@ class FailureInjector:
         rate = _env_float(env, "HICACHE_INJECT_FAILURE_RATE")
         if not _inside_sglang:
             if delay is None:
-                delay = _env_float(env, "SGLANG_TEST_HICACHE_BACKEND_RANDOM_DELAY")
+                delay = _env_float(env, CURRENT.injector_env[0])
             if rate is None:
-                rate = _env_float(env, "SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE")
+                rate = _env_float(env, CURRENT.injector_env[1])
         if not delay and not rate:
             return None
         ops: Iterable[str] = DEFAULT_OPS

@@ -47,12 +47,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from ..metrics.backend import Metrics
 from ..transport import Segments, Transport
 from .breaker import CircuitBreaker
 from .deadline import Call, DeadlineRunner
 from .existence import EXISTS_CHUNK, run_exists
 from .inject import FailureInjector
-from .metrics import Metrics
 from .protocols import (
     ABANDON_COUNTER,
     Quarantine,

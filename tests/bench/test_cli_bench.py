@@ -14,7 +14,7 @@ import pytest
 from hicache_sdk.bench import SCHEMA
 from hicache_sdk.bench.plot import load_docs, series
 from hicache_sdk.cli import main
-from hicache_sdk.memory_backend import drop_store
+from hicache_sdk.memory import drop_store
 
 TINY = ["--page-bytes", "4Ki", "8Ki", "--batch", "1", "3", "--repeats", "3", "--progress", "never"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

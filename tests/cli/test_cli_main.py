@@ -72,10 +72,7 @@ def test_backends_json_is_stable(
     assert isinstance(data, list) and all(sorted(d) == KEYS for d in data)
     by = {(d["name"], d["source"]): d for d in data}
     memory = by[("memory", "entry_point")]
-    assert (
-        memory["distribution"] == "hicache-sdk"
-        and memory["value"] == "hicache_sdk.memory_backend:MemoryStorage"
-    )
+    assert memory["distribution"] == "hicache-sdk" and memory["value"] == "hicache_sdk.memory:MemoryStorage"
     if memory["importable"]:
         assert memory["error"] is None and isinstance(memory["capabilities"], dict)
         assert "zero_copy" in memory["capabilities"]

@@ -341,7 +341,7 @@ class _WriteRefused:
 
 
 def _refusing_memory_storage() -> type:
-    from hicache_sdk.memory_backend import MemoryStorage, MemoryTransport
+    from hicache_sdk.memory import MemoryStorage, MemoryTransport
 
     transport_cls = type("RefusingTransport", (_WriteRefused, MemoryTransport), {})
 

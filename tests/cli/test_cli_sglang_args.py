@@ -15,7 +15,7 @@ import pytest
 
 from hicache_sdk.cli import main
 from hicache_sdk.config import parse_config_arg
-from hicache_sdk.memory_backend import MemoryStorage, drop_store
+from hicache_sdk.memory import MemoryStorage, drop_store
 from hicache_sdk.sglang import HiCacheSDKStorage
 from hicache_sdk.spec import HiCacheStorageConfig
 

@@ -1,4 +1,4 @@
-"""The Prometheus exporter (``hicache_sdk.prometheus``), the bridge's ``metrics_port`` and
+"""The Prometheus exporter (``hicache_sdk.metrics.prometheus``), the bridge's ``metrics_port`` and
 ``hicache stats`` reading a real endpoint."""
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from hicache_sdk._extras import MissingExtraError
 from hicache_sdk.cli import main
 from hicache_sdk.cli.stats import endpoint_url, parse_exposition, quantile, summarize
 from hicache_sdk.hostpool.mha import MHAHostPool
-from hicache_sdk.memory_backend import drop_store
-from hicache_sdk.resilience.metrics import Metrics
+from hicache_sdk.memory import drop_store
+from hicache_sdk.metrics.backend import Metrics
 from hicache_sdk.sglang import BRIDGE_EXTRA_CONFIG, HiCacheSDKStorage
 from hicache_sdk.spec import HiCacheStorageConfig
 
 prometheus_client = pytest.importorskip("prometheus_client")
 
-from hicache_sdk.prometheus import PrometheusExporter, rank_label, stop_all  # noqa: E402
+from hicache_sdk.metrics.prometheus import PrometheusExporter, rank_label, stop_all  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from hicache_sdk.errors import Cancelled
 from hicache_sdk.kit import CancelToken, FailureReasons, FanOut
 from hicache_sdk.kit import segments as seg
 from hicache_sdk.kit.existence import CachedExistence
-from hicache_sdk.memory_backend import MemoryTransport, drop_store
+from hicache_sdk.memory import MemoryTransport, drop_store
 
 
 def buf(data: bytes) -> ctypes.Array[ctypes.c_char]:
@@ -43,7 +43,7 @@ def test_failure_reason_must_be_a_token(bad: object) -> None:
 
 
 def test_transport_failures_reach_adapter_metrics_and_stats() -> None:
-    from hicache_sdk.memory_backend import MemoryStorage
+    from hicache_sdk.memory import MemoryStorage
     from hicache_sdk.spec import HiCacheStorageConfig
 
     s = MemoryStorage(HiCacheStorageConfig(extra_config={"store": "kit-fail"}), {})
@@ -320,7 +320,7 @@ def test_cached_existence_remembers_hits_only_and_invalidates() -> None:
 
 
 def test_cached_existence_through_the_adapter_config() -> None:
-    from hicache_sdk.memory_backend import MemoryStorage
+    from hicache_sdk.memory import MemoryStorage
     from hicache_sdk.spec import HiCacheStorageConfig
 
     s = MemoryStorage(HiCacheStorageConfig(extra_config={"store": "kit-c2", "exists_cache_ttl_s": -1}), {})

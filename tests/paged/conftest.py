@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from paged_helpers import StorageFactory
 
-from hicache_sdk.memory_backend import MemoryStorage, drop_store
+from hicache_sdk.memory import MemoryStorage, drop_store
 from hicache_sdk.spec import HiCacheStorageConfig
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from hicache_sdk.hostpool import IndexerHostPool, MambaHostPool, MHAHostPool, MLAHostPool, SWAHostPool
-from hicache_sdk.memory_backend import MemoryStorage, MemoryTransport
+from hicache_sdk.memory import MemoryStorage, MemoryTransport
 from hicache_sdk.transport import Segments, Transport
 
 MHA_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hicache_sdk.hostpool import MHAHostPool, MLAHostPool
 from hicache_sdk.hostpool.describe import page_segments
 from hicache_sdk.kit.segments import coalesce
-from hicache_sdk.memory_backend import MemoryStorage, drop_store
+from hicache_sdk.memory import MemoryStorage, drop_store
 from hicache_sdk.paged import columns
 from hicache_sdk.paged.columns import build_columns
 from hicache_sdk.paged.header import TRAILER_SIZE

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hicache_sdk.memory_backend import MemoryTransport
+from hicache_sdk.memory import MemoryTransport
+from hicache_sdk.metrics.backend import Metrics
 from hicache_sdk.paged.header import digest
 from hicache_sdk.paged.objects import ObjectEngine, ObjectIO
-from hicache_sdk.resilience.metrics import Metrics
 from hicache_sdk.transport import Segments
 
 
@@ -66,7 +66,7 @@ def test_storage_first_copy_wins_on_every_path() -> None:
     import torch
 
     from hicache_sdk.hostpool import MHAHostPool
-    from hicache_sdk.memory_backend import MemoryStorage
+    from hicache_sdk.memory import MemoryStorage
     from hicache_sdk.spec import HiCacheStorageConfig
 
     made: list[LastCopyWins] = []

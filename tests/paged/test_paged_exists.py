@@ -14,7 +14,7 @@ from hicache_sdk.spec import PoolHitPolicy, PoolName, PoolTransfer
 def test_batch_exists_matches_brute_force(present: list[bool], salt: int) -> None:
     import uuid
 
-    from hicache_sdk.memory_backend import MemoryStorage, drop_store
+    from hicache_sdk.memory import MemoryStorage, drop_store
     from hicache_sdk.spec import HiCacheStorageConfig
 
     store = f"bf-{uuid.uuid4().hex}"

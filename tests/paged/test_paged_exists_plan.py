@@ -17,7 +17,7 @@ from paged_helpers import hkey, mha, mla, randomize, scattered_slots
 import hicache_sdk.paged.adapter as adapter_mod
 from hicache_sdk import SIZE_UNKNOWN
 from hicache_sdk._ext import hotpath
-from hicache_sdk.memory_backend import MemoryStorage, MemoryTransport, drop_store
+from hicache_sdk.memory import MemoryStorage, MemoryTransport, drop_store
 from hicache_sdk.spec import HiCacheStorageConfig, PoolHitPolicy, PoolName, PoolTransfer
 
 pytestmark = pytest.mark.skipif(hotpath is None, reason="hicache_sdk._hotpath was not compiled")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from paged_helpers import StorageFactory, hkey, mha, mla, page_bytes, randomize, scattered_slots
 
-from hicache_sdk.memory_backend import MemoryTransport
+from hicache_sdk.memory import MemoryTransport
 from hicache_sdk.paged.header import HEADER_SIZE, HeaderError, PageHeader, crc32_segments, digest
 
 

@@ -304,7 +304,7 @@ def test_same_distribution_seen_twice_is_not_a_duplicate(make_dist: Any) -> None
 
 def test_core_memory_entry_point_seen_twice_counts_once(make_dist: Any) -> None:
     # An editable install beside stale metadata of the same distribution.
-    make_dist("hicache-sdk", "0.0.1", {"memory": "hicache_sdk.memory_backend:MemoryStorage"})
+    make_dist("hicache-sdk", "0.0.1", {"memory": "hicache_sdk.memory:MemoryStorage"})
     candidates = registry._discovery.discover()["memory"]
     assert len(candidates) == 1
     assert candidates[0].version == "0.0.1"  # the first one on sys.path wins

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-import hicache_sdk.resilience.metrics as metrics_mod
+import hicache_sdk.metrics.backend as metrics_mod
 from hicache_sdk._ext import hotpath
-from hicache_sdk.resilience.metrics import LATENCY_BUCKETS_S, Metrics
+from hicache_sdk.metrics.backend import LATENCY_BUCKETS_S, Metrics
 
 IMPLS = [pytest.param(None, id="python")]
 if hotpath is not None:

@@ -23,7 +23,7 @@ from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 from sglang.srt.observability.metrics_collector import StorageMetrics as SGLStorageMetrics
 from sglang_pools import PAGE_SIZE, POOLS
 
-from hicache_sdk.memory_backend import MemoryStorage, drop_store
+from hicache_sdk.memory import MemoryStorage, drop_store
 from hicache_sdk.resilience import inject
 from hicache_sdk.sglang import BRIDGE_EXTRA_CONFIG, HiCacheSDKStorage, sglang_storage_base
 

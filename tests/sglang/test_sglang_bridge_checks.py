@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from hicache_sdk.hostpool.mha import MHAHostPool
-from hicache_sdk.memory_backend import MemoryStorage, drop_store
+from hicache_sdk.memory import MemoryStorage, drop_store
 from hicache_sdk.sglang import BRIDGE_EXTRA_CONFIG, HiCacheSDKStorage
-from hicache_sdk.sglang_checks import implements_v1
+from hicache_sdk.sglang.checks import implements_v1
 from hicache_sdk.spec import HiCacheStorage, HiCacheStorageConfig, PoolName
 
 CLOSES: list[str] = []

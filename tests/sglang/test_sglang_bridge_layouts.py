@@ -16,7 +16,7 @@ from sglang.srt.mem_cache import hicache_storage as sgl
 from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
 from sglang_pools import PAGE_SIZE, mha_pool
 
-from hicache_sdk.memory_backend import drop_store
+from hicache_sdk.memory import drop_store
 from hicache_sdk.sglang import BRIDGE_EXTRA_CONFIG, HiCacheSDKStorage
 
 

@@ -18,7 +18,7 @@ import torch
 
 from hicache_sdk.errors import ConfigError
 from hicache_sdk.hostpool.mha import MHAHostPool
-from hicache_sdk.memory_backend import MemoryStorage, drop_store
+from hicache_sdk.memory import MemoryStorage, drop_store
 from hicache_sdk.sglang import (
     BRIDGE_EXTRA_CONFIG,
     SGLANG_METRICS_MODULE,

@@ -1,4 +1,4 @@
-"""Our contract profile (``hicache_sdk._profile``) against the REAL SGLang 0.5.23.
+"""Our contract profile (``hicache_sdk.sglang.versions``) against the REAL SGLang 0.5.23.
 
 ``tests/test_spec.py`` checks our classes against the profile; this module checks the
 profile against SGLang itself, so the chain "ours == profile == SGLang" is closed.
@@ -15,7 +15,7 @@ from sglang.srt.mem_cache import hicache_storage as sg
 from sglang.srt.observability.metrics_collector import StorageMetrics
 
 import hicache_sdk
-from hicache_sdk._profile import CURRENT
+from hicache_sdk.sglang.versions import CURRENT
 
 
 def test_sglang_version_is_the_profiles() -> None:

@@ -15,20 +15,21 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from hicache_sdk.config import BackendConfig, setting
+from hicache_sdk.config.units import parse_size as _parse_size
 from hicache_sdk.errors import ConfigError
-from hicache_sdk.units import parse_size as _parse_size
+from hicache_sdk.sglang.versions import CURRENT
 
 __all__ = ["DEFAULT_ROOT", "SGLANG_DIR_ENV", "FileConfig", "parse_size", "resolve_root"]
 
 #: SGLang's constructor default directory.
-DEFAULT_ROOT = "/tmp/hicache"
+DEFAULT_ROOT = CURRENT.file_dir_default
 #: SGLang's environment variable for the directory (wins over ``file_storage_path``).
-SGLANG_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+SGLANG_DIR_ENV = CURRENT.file_dir_env
 
 
 def parse_size(value: str | int, name: str = "max_size") -> int:
     """A byte count as SGLang's ``human_readable_int`` reads it (``"200G"`` = 200 * 10^9,
-    ``"64Gi"`` = 64 * 2^30, ``""`` = 0); the core parser (:func:`hicache_sdk.units.parse_size`),
+    ``"64Gi"`` = 64 * 2^30, ``""`` = 0); the core parser (:func:`hicache_sdk.config.units.parse_size`),
     which also takes ``"4gb"``. Unlike SGLang, an invalid value raises a ``ConfigError``
     naming ``name`` instead of silently disabling the cap."""
     return _parse_size(value, name)

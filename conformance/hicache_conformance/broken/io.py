@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from hicache_sdk.memory_backend import MemoryStorage
+from hicache_sdk.memory import MemoryStorage
 from hicache_sdk.transport import Segments, Transport
 
 from ..faults import FaultState, FaultyTransport, memory_with_faults

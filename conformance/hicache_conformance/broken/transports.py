@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from hicache_sdk import Segments
-from hicache_sdk.memory_backend import MemoryStorage, MemoryTransport
+from hicache_sdk.memory import MemoryStorage, MemoryTransport
 
 __all__ = [
     "ShortReadIsTrue",

@@ -36,7 +36,7 @@ _BATCH = st.lists(st.integers(0, _KEYS - 1), min_size=0, max_size=4)
 class StatefulTests(SuiteBase):
     @level(5)
     def test_matches_reference_model(self, backend_factory: BackendFactory) -> None:
-        from hicache_sdk.memory_backend import MemoryStorage, drop_store
+        from hicache_sdk.memory import MemoryStorage, drop_store
 
         suite = self
         eviction = self.capabilities_of().eviction
