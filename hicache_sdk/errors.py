@@ -30,6 +30,7 @@ __all__ = [
     "NotRegisteredError",
     "TransportError",
     "Cancelled",
+    "ClearRefusedError",
 ]
 
 
@@ -79,3 +80,10 @@ class Cancelled(TransportError):
 
     def __init__(self, message: str = "cancelled at the deadline") -> None:
         super().__init__(message, reason="cancelled")
+
+
+class ClearRefusedError(HiCacheError, RuntimeError):
+    """``clear()`` refused: the key scheme cannot name a prefix that holds exactly this
+    instance's objects (SGLang's raw names carry the model inside a name, and another
+    model's names can start the same way). Removing by guess could delete pages that
+    another model, namespace or deployment owns."""

@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from .names import all_hex64, batch_names, check_hex_page_hash, sanitize_component
+from .names import all_hex64, batch_names, check_hex_page_hash, exact_component, sanitize_component
 from .scheme_base import KeyScheme, NamePlan, ObjectSpec
 from .topology import Topology, _model_of
 
@@ -19,11 +19,12 @@ __all__ = ["DefaultKeyScheme"]
 
 
 class DefaultKeyScheme(KeyScheme):
-    """Ours: ``{ns}/{model}/{pool}-{identity16}/{hash[:2]}/{hash}`` (``ns`` is ``_`` when
-    the namespace is empty). Components are sanitised; ``/`` is the only separator and
-    fans out by the first two hex chars of the hash. ``clear_prefix()`` is ``"{ns}/"``:
-    with an empty namespace that is ``"_/"``, the root of every un-namespaced
-    default-scheme object (other namespaces are untouched).
+    """Ours: ``{ns}/{model}/{pool}-{identity16}/{hash[:2]}/{hash}``. ``ns`` and ``model``
+    are :func:`~hicache_sdk.keys.names.exact_component` encodings (``_`` when empty; no two
+    names share one), the pool name is sanitised; ``/`` is the only separator and fans out
+    by the first two hex chars of the hash. ``clear_prefix()`` is ``"{ns}/{model}/"``:
+    exactly this model's objects in this namespace (model ``m`` never removes ``m_x``'s,
+    namespace ``p`` never ``p2``'s).
 
     ``identity(pool)`` (sha256 digest) covers: scheme version, the raw model name, the
     pool name and ``pool.fingerprint()`` (dtype, layout, geometry), pp and attn-cp
@@ -53,8 +54,8 @@ class DefaultKeyScheme(KeyScheme):
             raise ValueError("namespace_salt must be a str or None")
         self._topo = Topology.from_config(storage_config)
         self._model_raw = _model_of(storage_config, model_name)
-        self._model_dir = sanitize_component(self._model_raw)
-        self._ns = sanitize_component(namespace)
+        self._model_dir = exact_component(self._model_raw)
+        self._ns = exact_component(namespace)
         self._salt_digest = (
             None
             if namespace_salt is None
@@ -128,4 +129,4 @@ class DefaultKeyScheme(KeyScheme):
         return names
 
     def clear_prefix(self) -> str:
-        return f"{self._ns}/"
+        return f"{self._ns}/{self._model_dir}/"

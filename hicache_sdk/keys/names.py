@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from typing import Optional
+from urllib.parse import quote
 
 from .._ext import hotpath as _hotpath  # the batch check in one C call (optional)
 
@@ -28,6 +29,7 @@ __all__ = [
     "batch_names",
     "check_page_hash",
     "check_hex_page_hash",
+    "exact_component",
     "sanitize_component",
     "sglang_model_name",
     "check_plain_fragment",
@@ -36,6 +38,7 @@ __all__ = [
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _DOTS = re.compile(r"\.{2,}")
+_DOT_RUN = re.compile(r"^\.|(?<=\.)\.")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -101,6 +104,24 @@ def check_page_hash(page_hash: object, *, hex_only: bool, argument: str = "page_
     if hex_only:
         return check_hex_page_hash(page_hash, argument)
     return check_plain_fragment(page_hash, argument)
+
+
+def exact_component(name: Optional[str]) -> str:
+    """A safe single path component made from ``name`` that no other name maps to.
+
+    ``[A-Za-z0-9_.~-]`` pass unchanged and every other character is percent-encoded (so
+    ``/`` never appears); a leading ``.`` and a ``.`` after a ``.`` are encoded too (no
+    ``..`` anywhere); the empty name (and ``None``) is ``_`` and the name ``_`` itself is
+    ``%5F``. Every output but ``_`` percent-decodes to its input, so distinct names give
+    distinct components and ``"{component}/"`` is a prefix that holds exactly one name's
+    objects (the default scheme's ``clear()``)."""
+    if name is None or name == "":
+        return "_"
+    if not isinstance(name, str):
+        raise ValueError(f"name must be a str, got {type(name).__name__}")
+    if name == "_":
+        return "%5F"
+    return _DOT_RUN.sub("%2E", quote(name, safe="-_.~"))
 
 
 def sanitize_component(name: Optional[str], *, fallback: str = "_") -> str:

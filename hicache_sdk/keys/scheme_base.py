@@ -110,8 +110,11 @@ class KeyScheme(ABC):
 
     @abstractmethod
     def clear_prefix(self) -> str:
-        """The object-name prefix that ``clear()`` may remove: this scheme's namespace
-        (``""`` means every object of the transport, as SGLang's file backend does)."""
+        """The object-name prefix that holds exactly the objects this instance names, and
+        nothing another model, namespace or deployment could own: it ends at a delimiter
+        that no name component contains. ``clear()`` removes what starts with it. A scheme
+        whose names cannot be told apart by a prefix raises
+        :class:`~hicache_sdk.errors.ClearRefusedError` saying why."""
 
     def page_columns(
         self, page_hashes: Sequence[str], pool: PoolLayout

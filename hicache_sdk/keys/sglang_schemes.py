@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
+from ..errors import ClearRefusedError
 from .names import all_hex64, batch_names, check_plain_fragment, sanitize_component, sglang_model_name
 from .scheme_base import KeyScheme, NamePlan, ObjectSpec
 from .topology import Topology, _model_of, _reject_namespace
@@ -66,8 +67,9 @@ class SGLangFileKeyScheme(_SGLangNamedScheme):
     ``_cp{rank}_{size}`` if attn-cp>1; DCP>1 appends ``_tp{tp}_dcp{r}_{n}_page{lp}`` to
     both. Page hashes are any plain-safe fragment whose file name the bound transport can
     store (the file backend refuses a name starting with ``.`` or longer than 255 bytes:
-    ``ValueError`` naming the hash, before any I/O). ``clear_prefix()`` is ``""`` (SGLang
-    clears the whole directory)."""
+    ``ValueError`` naming the hash, before any I/O). ``clear_prefix()`` refuses: the model
+    is a suffix of each name, so no prefix holds exactly this model's files (SGLang's own
+    ``clear()`` empties the whole directory, every model's files included)."""
 
     name: ClassVar[str] = "sglang-file"
 
@@ -123,7 +125,12 @@ class SGLangFileKeyScheme(_SGLangNamedScheme):
         return NamePlan("", (self._name_suffix(pool),), 0, False)
 
     def clear_prefix(self) -> str:
-        return ""
+        raise ClearRefusedError(
+            f"clear() refused under key scheme 'sglang-file': SGLang's file names end with the model "
+            f"(<hash>{self.config_suffix}.bin), so no prefix holds exactly this model's files and "
+            f"clearing would remove every model's pages in the directory; remove the directory's "
+            f"files yourself, or use the 'default' key scheme, whose clear() is scoped to one model"
+        )
 
 
 # Page-packed single-object pools named ``_{mla}_{pool}`` (DSA indexer, DSV4 side pools).
@@ -148,8 +155,9 @@ class SGLangMooncakeKeyScheme(_SGLangNamedScheme):
     draft_swa K/V or packed by pool kind; indexer/draft_indexer/deepseek_v4_* packed as
     ``_{mla}_{pool}``. Any other pool raises ``ValueError``. Unlike SGLang's v2 path (which
     names an MHA ``kv`` transfer ``_{mla}_k``), ``kv`` always uses the v1 names above.
-    ``clear_prefix()`` is ``"{prefix}_"`` (``""`` without a prefix); SGLang's own
-    ``clear()`` removes the whole cluster.
+    ``clear_prefix()`` refuses: model names and tags may contain ``_``, so ``"{prefix}_"``
+    would also hold other models' objects (``llama_`` holds ``llama_70b_...``), and without a
+    prefix every object goes; SGLang's own ``clear()`` removes the whole store.
     """
 
     name: ClassVar[str] = "sglang-mooncake"
@@ -310,4 +318,10 @@ class SGLangMooncakeKeyScheme(_SGLangNamedScheme):
         return out
 
     def clear_prefix(self) -> str:
-        return f"{self.config_prefix}_" if self.config_prefix else ""
+        scope = f"prefix {self.config_prefix + '_'!r}" if self.config_prefix else "no prefix"
+        raise ClearRefusedError(
+            f"clear() refused under key scheme 'sglang-mooncake': its object names start with "
+            f"{scope}, and model names and tags may contain '_', so that would also remove other "
+            f"models' pages (model 'm' would remove 'm_x''s); remove them with the store's own "
+            f"tools, or use the 'default' key scheme, whose clear() is scoped to one model"
+        )

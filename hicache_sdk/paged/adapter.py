@@ -434,9 +434,11 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             self.metrics.error(getattr(e, "reason", type(e).__name__))
 
     def clear(self) -> None:
-        """Remove this backend's objects: those under the key scheme's namespace prefix
-        (``""`` for the SGLang-compatible schemes: every object of the transport's own
-        root). Transport errors propagate (it is an admin call, not a batch)."""
+        """Remove this backend's objects: exactly those under the key scheme's
+        :meth:`~hicache_sdk.keys.scheme_base.KeyScheme.clear_prefix` (this model in this
+        namespace). Raises :class:`~hicache_sdk.errors.ClearRefusedError` under a scheme that
+        cannot scope it (``sglang-file``, ``sglang-mooncake``). Transport errors propagate
+        (it is an admin call, not a batch)."""
         self.transport.clear(self.scheme.clear_prefix())
 
     def get_stats(self) -> Any:

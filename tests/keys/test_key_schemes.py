@@ -9,6 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from key_layouts import C4, INDEXER, MAMBA, MHA, MHA_LF, MLA, SWA_MHA
 
+from hicache_sdk.errors import ClearRefusedError
+from hicache_sdk.keys.names import exact_component
 from hicache_sdk.keys.scheme_base import ObjectSpec
 from hicache_sdk.keys.schemes import SCHEMES, make_scheme
 from hicache_sdk.spec import HiCacheStorageConfig
@@ -39,7 +41,8 @@ def test_file_spec_examples():
         # mamba stays rank-sharded under MLA; other sidecars follow config_suffix
         assert names(s.page_objects(H, MAMBA)) == [f"{H}.mamba_org-model_{rank}_4.bin"]
         assert names(s.page_objects(H, INDEXER)) == [f"{H}.indexer_org-model.bin"]
-    assert s.clear_prefix() == ""
+    with pytest.raises(ClearRefusedError, match=r"'sglang-file'.*<hash>_org-model\.bin"):
+        s.clear_prefix()
 
 
 def test_file_layer_first_object_is_the_flat_page():
@@ -81,13 +84,15 @@ def test_mooncake_spec_examples():
         "sglang-mooncake", cfg(model_name="deepseek-ai/DeepSeek-V3", is_mla_model=True, tp_size=8, tp_rank=5)
     )
     assert names(s.page_objects(H, MLA)) == [f"deepseek-ai-DeepSeek-V3_{H}__k"]
-    assert s.clear_prefix() == "deepseek-ai-DeepSeek-V3_"
+    with pytest.raises(ClearRefusedError, match=r"'sglang-mooncake'.*prefix 'deepseek-ai-DeepSeek-V3_'"):
+        s.clear_prefix()
 
 
 def test_mooncake_layout_vector_and_pp():
     s = make_scheme("sglang-mooncake", cfg(is_mla_model=True))
     assert names(s.page_objects("h", C4)) == ["h__deepseek_v4_c4"]
-    assert s.clear_prefix() == ""
+    with pytest.raises(ClearRefusedError, match="start with no prefix"):
+        s.clear_prefix()
     s = make_scheme("sglang-mooncake", cfg(is_mla_model=True, pp_rank=1, pp_size=2))
     assert names(s.page_objects("h", C4)) == ["h_1_deepseek_v4_c4"]
     assert names(s.page_objects("h", MLA)) == ["h_1_k"]
@@ -190,13 +195,13 @@ def test_default_shape():
     s = default(namespace="team-a")
     name = only_name(s, MHA)
     ns, model, pooldir, fan, last = name.split("/")
-    assert (ns, model, fan, last) == ("team-a", "org-m", H[:2], H)
+    assert (ns, model, fan, last) == ("team-a", "org%2Fm", H[:2], H)
     assert pooldir == f"kv-{s.identity(MHA).hex()[:16]}"
     assert len(s.identity(MHA)) == 32
     assert s.page_objects(H, MHA_LF)[0].segments == MHA_LF.flat_order
-    assert s.clear_prefix() == "team-a/"
-    assert default().clear_prefix() == "_/"
-    assert only_name(default(), MHA).startswith("_/org-m/kv-")
+    assert s.clear_prefix() == "team-a/org%2Fm/"
+    assert default().clear_prefix() == "_/org%2Fm/"
+    assert only_name(default(), MHA).startswith("_/org%2Fm/kv-")
     assert s.has_header and not make_scheme("sglang-file", cfg()).has_header
 
 
@@ -284,6 +289,39 @@ def test_sglang_schemes_reject_bad_hashes(scheme, bad):
 def test_default_requires_hex_hash(bad):
     with pytest.raises(ValueError, match="page_hash"):
         default().page_objects(bad, MHA)
+
+
+@pytest.mark.parametrize(
+    ("mine", "neighbour"),
+    [
+        ({"model_name": "m"}, {"model_name": "m_x"}),
+        ({"model_name": "m"}, {"model_name": "m/x"}),
+        ({"model_name": "a/b"}, {"model_name": "a-b"}),
+        ({"model_name": ""}, {"model_name": "_"}),
+        ({"model_name": "m", "namespace": "p"}, {"model_name": "m", "namespace": "p2"}),
+        ({"model_name": "m", "namespace": ""}, {"model_name": "m", "namespace": "_"}),
+    ],
+)
+def test_default_clear_prefix_never_holds_a_neighbours_objects(mine, neighbour):
+    """``clear()`` removes what starts with ``clear_prefix()``: exactly this model in this
+    namespace, never a neighbour whose name extends or resembles it."""
+
+    def scheme(kw):
+        return make_scheme("default", cfg(model_name=kw["model_name"]), namespace=kw.get("namespace", ""))
+
+    a, b = scheme(mine), scheme(neighbour)
+    assert only_name(a, MHA).startswith(a.clear_prefix())
+    for x, y in ((a, b), (b, a)):
+        assert not only_name(y, MHA).startswith(x.clear_prefix()), (x.clear_prefix(), only_name(y, MHA))
+        assert not only_name(y, MAMBA).startswith(x.clear_prefix())
+
+
+@given(st.text(max_size=12), st.text(max_size=12))
+def test_exact_component_is_injective_and_path_safe(a, b):
+    ea, eb = exact_component(a), exact_component(b)
+    assert (ea == eb) == (a == b)
+    for e in (ea, eb):
+        assert e and "/" not in e and ".." not in e and not e.startswith(".")
 
 
 def test_unsafe_pool_and_model_names_are_sanitised():

@@ -54,6 +54,6 @@ def test_page_names_logical_pool_and_known_name() -> None:
     h = "ab" + "0" * 62
     assert s.page_names([h], dataclasses.replace(_LAYOUT, has_buffer=False)) == []  # type: ignore[attr-defined]
     (name,) = s.page_names([h], _LAYOUT)  # type: ignore[attr-defined]
-    assert name.startswith("_/org-m/kv-") and name.endswith(f"/ab/{h}")
+    assert name.startswith("_/org%2Fm/kv-") and name.endswith(f"/ab/{h}")
     with pytest.raises(ValueError, match="page_hash"):
         s.page_names([h, h.upper()], _LAYOUT)  # type: ignore[attr-defined]

@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from hicache_sdk.errors import ClearRefusedError
+
 from .. import pools as P
 from ..base import BackendFactory, SuiteBase
-from ..capabilities import level, requires
+from ..capabilities import level, requires, strict_only
 from ..child import ChildJob, digest, run_child
 from ..matrix import PoolCase
 
@@ -70,11 +72,53 @@ class LifecycleTests(SuiteBase):
             backend_factory(namespace=other_ns, storage_config=self.storage_config_for(case)), case
         )
         keys = self.keys(backend_factory.namespace, "clear", 2)
-        self.write(mine, keys, 0)
+        _, own = self.write(mine, keys, 0)
         _, data = self.write(other, keys, 0)
-        mine.backend.clear()
+        if not _clear(mine.backend):
+            # the key scheme cannot scope clear(): it must refuse and remove nothing
+            assert self.read(mine, keys, 20) == own, "clear() refused, yet this namespace's pages are gone"
+            assert self.read(other, keys, 10) == data, (
+                "clear() refused, yet it removed another namespace's pages"
+            )
+            return
         assert mine.backend.batch_exists(keys) == 0
         assert self.read(other, keys, 10) == data, "clear() removed another namespace's pages"
+
+    @level(2)
+    @requires("delete")
+    @strict_only(
+        "one store and namespace often serve several models (an operator's key prefix, a shared "
+        "bucket): a clear() for one model that also removes a neighbour's pages (model 'm' and "
+        "'m_x') wipes a cache that another deployment relies on"
+    )
+    def test_clear_is_scoped_to_the_model(self, backend_factory: BackendFactory) -> None:
+        case = PoolCase()
+        keys = self.keys(backend_factory.namespace, "clear-model", 2)
+        models = ("conformance/m", "conformance/m_x", "conformance/m/x", "")
+        atts = [
+            self.attach(backend_factory(storage_config=self.storage_config_for(case, model_name=m)), case)
+            for m in models
+        ]
+        data = [self.write(att, keys, 0)[1] for att in atts]
+        if not _clear(atts[0].backend):
+            for att, d, m in zip(atts, data, models):
+                assert self.read(att, keys, 20) == d, f"clear() refused, yet model {m!r}'s pages are gone"
+            return
+        assert atts[0].backend.batch_exists(keys) == 0, "clear() left this model's pages"
+        for att, d, m in zip(atts[1:], data[1:], models[1:]):
+            assert self.read(att, keys, 20) == d, (
+                f"clear() of model {models[0]!r} removed model {m!r}'s pages"
+            )
+
+
+def _clear(backend: Any) -> bool:
+    """``backend.clear()``; ``False`` when it refused (``ClearRefusedError``: the key scheme
+    cannot scope it, so it removes nothing)."""
+    try:
+        backend.clear()
+    except ClearRefusedError:
+        return False
+    return True
 
 
 class ConcurrencyTests(SuiteBase):
