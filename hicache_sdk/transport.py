@@ -57,17 +57,20 @@ Segments = Sequence[Segment]
 # tokens used as metric labels (``"connection"``, ``"timeout"``, ``"disk_full"``...):
 # lowercase letters, digits and ``_``, at most 64 characters; anything else is a
 # ``ValueError`` (a reason is never free text, so it can never carry a secret or a path).
-_TOKEN = re.compile(r"[a-z0-9_]{1,64}\Z")
+_TOKEN = re.compile(r"(?:[a-z0-9_]{1,64}|bug:[A-Za-z_][A-Za-z0-9_]{0,59})\Z")
 
 #: ``sink(reason, n)``: where counted reasons are forwarded (``Metrics.error``).
 Sink = Callable[[str, int], None]
 
 
 def check_reason(reason: object) -> str:
-    """``reason`` if it is a valid token, else ``ValueError`` naming it."""
+    """``reason`` if it is a valid token, else ``ValueError`` naming it. A token is
+    ``[a-z0-9_]``, 1-64 chars (an I/O failure's reason), or ``bug:<ExceptionType>`` (an
+    exception that is not an I/O failure: a bug in the transport, counted by type)."""
     if not isinstance(reason, str) or not _TOKEN.match(reason):
         raise ValueError(
-            f"failure reason must be a lowercase token ([a-z0-9_], 1-64 chars), got {reason!r:.80}"
+            "failure reason must be a lowercase token ([a-z0-9_], 1-64 chars) or "
+            f"'bug:<ExceptionType>', got {reason!r:.80}"
         )
     return reason
 
@@ -148,6 +151,11 @@ class Transport(ABC):
     #: ``cancel.guard()``: the resilience layer then runs deadline-bound transfers on the
     #: caller's memory (no staging copy) and cancels them at the deadline.
     cancellable: ClassVar[bool] = False
+    #: Exception types that mean an I/O failure in this transport's client library (beside
+    #: :class:`TransportError`, ``OSError`` and ``TimeoutError``, which always do): a call
+    #: raising one is a miss counted under its reason. Any other exception is a bug: still a
+    #: miss, but logged at ERROR with its traceback and counted as ``bug:<ExceptionType>``.
+    io_errors: ClassVar[tuple[type[BaseException], ...]] = ()
 
     # -- failure reasons -----------------------------------------------------------------
     @property
