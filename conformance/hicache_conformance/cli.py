@@ -6,11 +6,13 @@ caller's pytest configuration). ``hicache-conformance`` is the same command as a
 standalone script. Exit codes (see ``docs/conformance.md``):
 
 * 0: every test that ran passed;
-* 1: at least one test failed (the summary names each failed rule);
-* 2: bad arguments (unknown level or profile), or pytest was interrupted;
+* 1: at least one test failed, or the backend's server cannot be reached (one line on
+  stderr names the address; nothing ran);
+* 2: bad arguments (unknown level or profile, unknown backend name, a config key the
+  backend does not have, a wrong type or unit), or pytest was interrupted;
 * 3 / 4 / 5: pytest's internal error / usage error / no tests collected;
-* 6: the backend cannot be imported or constructed (one line on stderr names the cause;
-  the report, when asked for, says why nothing ran).
+* 6: the backend cannot be imported (a missing library) or constructed (one line on
+  stderr names the cause; the report, when asked for, says why nothing ran).
 """
 
 from __future__ import annotations
@@ -82,14 +84,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as e:
             print(f"hicache check: {e}", file=sys.stderr)
             return 2
-    cause = _preflight(args.backend, args.config, bool(args.isolate))
-    if cause is None:
-        cause = _try_construct(args.backend, args.config, args.isolate or [])
-    if cause is not None:
+    refused = _preflight(args.backend, args.config, bool(args.isolate))
+    if refused is None:
+        refused = _try_construct(args.backend, args.config, args.isolate or [])
+    if refused is not None:
+        code, cause = refused
         print(f"hicache check: {args.backend}: {cause}", file=sys.stderr)
         if args.report:
             _write_unusable_report(args.report, args.backend, cause)
-        return EXIT_BACKEND_UNUSABLE
+        return code
     suite_file = Path(__file__).with_name("suite") / "test_configured.py"
     with tempfile.TemporaryDirectory(prefix="hicache-check-") as tmp:
         ini = Path(tmp) / "pytest.ini"
@@ -124,31 +127,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.modules.pop("hicache_conformance.suite.test_configured", None)
 
 
-def _preflight(backend: str, config_arg: str | None, isolated: bool = False) -> str | None:
-    """Why the backend cannot be used at all (one line), or ``None``: the class must
-    resolve; for a backend with a ``config_cls``, the config must parse; a key scheme
-    without a namespace needs ``--isolate`` (except on ``memory``)."""
+def _preflight(backend: str, config_arg: str | None, isolated: bool = False) -> tuple[int, str] | None:
+    """Why the backend cannot be used at all, as ``(exit code, one line)``, or ``None``: the
+    name must resolve (2 when no backend has it, 6 when it cannot be imported); for a
+    backend with a ``config_cls``, the config must parse (2); a key scheme without a
+    namespace needs ``--isolate`` (2, except on ``memory``)."""
+    from hicache_sdk.errors import BackendNotFoundError
+
     try:
         from hicache_sdk.config import parse_config_arg
 
         config = parse_config_arg(config_arg)
     except Exception as e:
-        return f"bad --config: {e}"
+        return 2, f"bad --config: {e}"
     try:
         from .base import resolve_backend_class
 
         cls = resolve_backend_class(backend)
+    except (BackendNotFoundError, ValueError) as e:
+        return 2, str(e)
     except Exception as e:
-        return f"cannot import the backend: {type(e).__name__}: {e}"
-    scheme = str(config.get("key_scheme", "default"))
-    if scheme != "default" and not isolated:
-        from .raw import is_memory_backend
-
-        if not is_memory_backend(cls):
-            return (
-                f"key scheme {scheme!r} takes no namespace: isolate each test namespace with "
-                f"--isolate KEY=TEMPLATE (e.g. --isolate 'root=/tmp/cc/{{namespace}}')"
-            )
+        return EXIT_BACKEND_UNUSABLE, f"cannot import the backend: {type(e).__name__}: {e}"
     cfg_cls = getattr(cls, "config_cls", None)
     from_mapping = getattr(cfg_cls, "from_mapping", None)
     if callable(from_mapping):
@@ -157,16 +156,31 @@ def _preflight(backend: str, config_arg: str | None, isolated: bool = False) -> 
             probe.setdefault("namespace", "hicache-conformance-preflight")
         try:
             from_mapping(probe)
+        except (ValueError, TypeError) as e:
+            return 2, f"config rejected: {e}"
         except Exception as e:
-            return f"config rejected: {type(e).__name__}: {e}"
+            return EXIT_BACKEND_UNUSABLE, f"config rejected: {type(e).__name__}: {e}"
+    scheme = str(config.get("key_scheme", "default"))
+    if scheme != "default" and not isolated:
+        from .raw import is_memory_backend
+
+        if not is_memory_backend(cls):
+            return 2, (
+                f"key scheme {scheme!r} takes no namespace: isolate each test namespace with "
+                f"--isolate KEY=TEMPLATE (e.g. --isolate 'root=/tmp/cc/{{namespace}}')"
+            )
     return None
 
 
-def _try_construct(backend: str, config_arg: str | None, isolate: list[str]) -> str | None:
+def _try_construct(backend: str, config_arg: str | None, isolate: list[str]) -> tuple[int, str] | None:
     """Why one backend cannot be constructed the way SGLang's loader does it, in a
-    conformance namespace (construction must not connect, so this does no I/O on a
-    well-behaved backend), or ``None``."""
+    conformance namespace, or cannot reach its service, as ``(exit code, one line)``; or
+    ``None``. Construction must not connect, so the reachability probe is one tiny
+    exists call through the backend afterwards: an I/O failure counted there (the
+    backend's ``metrics``) means the server is unreachable (1, with its last error)."""
+    from hicache_sdk.cli import reach
     from hicache_sdk.config import parse_config_arg
+    from hicache_sdk.errors import ConfigError
     from hicache_sdk.spec import HiCacheStorageConfig
 
     from .base import NAMESPACE_PREFIX, resolve_backend_class
@@ -184,15 +198,20 @@ def _try_construct(backend: str, config_arg: str | None, isolate: list[str]) -> 
     try:
         cls = resolve_backend_class(backend)
         b = cls(HiCacheStorageConfig(model_name="conformance/model", extra_config=config), {})
+    except ConfigError as e:
+        return 2, f"config rejected: {e}"
     except Exception as e:
-        return f"cannot construct the backend: {type(e).__name__}: {e}"
-    close = getattr(b, "close", None)
+        return EXIT_BACKEND_UNUSABLE, f"cannot construct the backend: {type(e).__name__}: {e}"
     try:
-        if close is not None:
-            close()
-    except Exception:
-        pass
-    return None
+        unreachable = reach.unreachable(b)
+    finally:
+        close = getattr(b, "close", None)
+        try:
+            if close is not None:
+                close()
+        except Exception:
+            pass
+    return (1, f"{unreachable}; nothing ran") if unreachable else None
 
 
 def _write_unusable_report(path: str, backend: str, cause: str) -> None:

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hicache_conformance.cli import EXIT_BACKEND_UNUSABLE, main
 
 from hicache_sdk.memory import MemoryStorage
@@ -72,20 +73,34 @@ def test_check_rejects_unknown_level() -> None:
     assert main(["memory", "--level", "L9"]) == 2
 
 
-def test_check_unimportable_backend_fails_fast(tmp_path: Path, capsys: Any) -> None:
+def test_check_unknown_backend_is_a_usage_error(tmp_path: Path, capsys: Any) -> None:
     report = tmp_path / "r.json"
     rc = main(["no_such_module_xyz:Backend", "--report", str(report), "-q"])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no module 'no_such_module_xyz'" in err[0] and "Available: " in err[0]
+    data = json.loads(report.read_text())
+    assert data["ok"] is False and data["error"].startswith("nothing ran: no module")
+    assert data["tests"] == {}
+
+
+def test_check_unimportable_backend_fails_fast(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "needs_a_library.py").write_text("import hicache_no_such_client_library\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    report = tmp_path / "r.json"
+    rc = main(["needs_a_library:Backend", "--report", str(report), "-q"])
     assert rc == EXIT_BACKEND_UNUSABLE == 6
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no_such_module_xyz" in err[0] and "cannot import" in err[0]
+    assert len(err) == 1 and "hicache_no_such_client_library" in err[0] and "cannot import" in err[0]
     data = json.loads(report.read_text())
     assert data["ok"] is False and data["error"].startswith("nothing ran: cannot import")
-    assert data["tests"] == {}
 
 
 def test_check_config_typo_fails_fast_naming_the_key(capsys: Any) -> None:
     rc = main(["memory", "--config", '{"stor": "x"}', "-q"])
-    assert rc == 6
+    assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "stor" in err[0] and "config rejected" in err[0]
 
@@ -112,7 +127,7 @@ def test_check_isolates_sglang_scheme_namespaces_from_the_command_line(tmp_path:
     data = json.loads(report.read_text())
     assert data["ok"] is True and any(t["outcome"] == "passed" for t in data["tests"].values())
     assert any(p.name.startswith("hicache-conformance-") for p in tmp_path.iterdir())
-    assert main([*base, "--report", str(report)]) == 6  # no isolation: nothing runs
+    assert main([*base, "--report", str(report)]) == 2  # no isolation: nothing runs
     assert "--isolate" in json.loads(report.read_text())["error"]
 
 

@@ -73,6 +73,13 @@ class BenchPlan:
         for pb in self.page_bytes:
             geometry(pb, self.tokens_per_page)
 
+    def host_bytes(self) -> int:
+        """Host memory the run allocates at its peak: the host pool of the largest page size
+        (two slots per page of the largest batch) and, with the limit variant, its two copy
+        buffers of the largest batch."""
+        pb, b = max(self.page_bytes), max(self.batches)
+        return 2 * b * pb + (2 * b * pb if self.limit else 0)
+
     def total_calls(self) -> int:
         """Timed plus warm-up calls of the whole plan (the progress bar's total)."""
         per_op = {op: 2 if self.limit and op != "exists" else 1 for op in self.ops}

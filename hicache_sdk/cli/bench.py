@@ -30,6 +30,7 @@ from .._extras import MissingExtraError
 from ..config import parse_config_arg
 from ..config.units import parse_size
 from ..errors import HiCacheError
+from .memory_guard import check_fits
 
 HELP = "benchmark set/get/exists of a backend (throughput, p50/p90/p99); 'bench plot' draws results"
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
@@ -111,7 +112,7 @@ def _run_plot(args: argparse.Namespace) -> int:
 
 def _run_bench(args: argparse.Namespace) -> int:
     from ..bench.progress import Progress
-    from ..bench.runner import BenchPlan, run_plan
+    from ..bench.runner import BenchPlan, human_bytes, run_plan
 
     if args.plot:  # fail before measuring, not after
         try:
@@ -137,6 +138,11 @@ def _run_bench(args: argparse.Namespace) -> int:
         )
     except (HiCacheError, ValueError, OSError) as e:
         return _fail(str(e))
+    too_big = check_fits(
+        plan.host_bytes(), f"--batch {max(plan.batches)} of --page-bytes {human_bytes(max(plan.page_bytes))}"
+    )
+    if too_big:
+        return _fail(too_big)
     show = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
     bar = Progress(plan.total_calls(), enabled=show)
     try:

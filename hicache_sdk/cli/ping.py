@@ -2,7 +2,8 @@
 
 Steps (each timed): construct the backend by name (``create_backend``, the ``--config``
 object merged into ``extra_config`` of a ``HiCacheStorageConfig(model_name="hicache-ping")``),
-register a small bfloat16 MHA host pool, check that fresh keys are absent, write N random
+check that its service answers (:func:`~hicache_sdk.cli.reach.unreachable`: an unreachable
+server ends the ping there, with the transport's error and address), register a small bfloat16 MHA host pool, check that fresh keys are absent, write N random
 pages (``batch_set_v1``; the legacy ``batch_set`` when v1 is not implemented), check
 ``batch_exists``, read them back into other slots (``batch_get_v1`` / ``batch_get``),
 compare bytes, delete them when the backend has a per-key delete (``batch_delete`` or
@@ -29,6 +30,8 @@ from ..config import parse_config_arg
 from ..errors import HiCacheError
 from ..registry import create_backend
 from ..spec import HiCacheStorageConfig, PoolName
+from .memory_guard import check_fits
+from .reach import unreachable
 
 HELP = "round-trip a few random pages through a backend and report latencies"
 LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_head")
@@ -145,6 +148,10 @@ def _run_ping(args: argparse.Namespace, config: dict[str, Any], report: PingRepo
     except ImportError as e:
         raise _UsageError(f"ping needs torch and hicache_sdk.hostpool: {e}") from e
     n, ps = args.pages, args.page_size
+    # the pool: 2 * n pages of ps tokens, 2 layers x 2 heads x 64 dims, K and V, bfloat16
+    too_big = check_fits(2 * n * ps * 2 * 2 * 64 * 2 * 2, f"--pages {n} of --page-size {ps}")
+    if too_big:
+        raise _UsageError(too_big)
     try:
         pool = MHAHostPool(
             size=2 * n * ps,
@@ -171,8 +178,14 @@ def _run_ping(args: argparse.Namespace, config: dict[str, Any], report: PingRepo
         return
     ms = (time.perf_counter() - t0) * 1e3
     report.steps.append(Step("construct", round(ms, 3), True, type(backend).__name__))
+
+    def reachable() -> tuple[bool, str]:
+        why = unreachable(backend)
+        return why is None, why or "the service answers"
+
     try:
-        _round_trip(backend, pool, torch, n, ps, report)
+        if _timed(report, "reach", reachable):
+            _round_trip(backend, pool, torch, n, ps, report)
     finally:
 
         def close() -> tuple[bool, str]:

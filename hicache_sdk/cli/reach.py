@@ -1,0 +1,51 @@
+"""Can a backend reach its service? One bounded existence check of its own transport.
+
+``hicache check`` and ``hicache ping`` ask it before anything else, so that an unreachable
+server is one line naming its error (with the address, as the transport words it) rather
+than dozens of failed steps or tests."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..errors import TransportError
+
+__all__ = ["unreachable"]
+
+
+def unreachable(backend: Any, timeout_s: float = 15.0) -> str | None:
+    """Why ``backend``'s service cannot be reached (one line), or ``None``.
+
+    The check is one ``exists`` call on the backend's own transport (``raw_transport``:
+    below the circuit breaker, which starts open for an unreachable service), bounded by
+    ``timeout_s``. An I/O error it raises, or a failure it counts, means unreachable. A
+    backend not built on ``PagedStorage`` cannot be asked: ``None``."""
+    transport = getattr(backend, "raw_transport", None)
+    if transport is None:
+        return None
+    failures = getattr(transport, "failures", None)
+    before = dict(failures.snapshot()) if failures is not None else {}
+    outcome: list[str] = []
+
+    def probe() -> None:
+        try:
+            transport.exists(["hicache-reachability-probe"])
+        except (TransportError, OSError, TimeoutError) as e:
+            outcome.append(str(e) or type(e).__name__)
+        except Exception:
+            pass  # not an I/O failure: the caller's own steps will say what is wrong
+        else:
+            after = dict(failures.snapshot()) if failures is not None else {}
+            new = sorted(r for r, n in after.items() if n > before.get(r, 0))
+            if new:
+                outcome.append("failure counted: " + ", ".join(new))
+
+    t = threading.Thread(target=probe, name="hicache-reachability-probe", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        return f"the backend's server did not answer an existence check within {timeout_s:g} s"
+    if not outcome:
+        return None
+    return f"the backend's server cannot be reached ({outcome[0]})"
