@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import os
 import re
@@ -83,10 +84,19 @@ def secret_keys(config_cls: type[BackendConfig] | None, config: dict[str, Any]) 
 
 def write_secret_file(path: Path, doc: dict[str, Any]) -> None:
     """Write ``doc`` as JSON to ``path`` with mode 0600 from the first byte (``O_CREAT``
-    with 0600, then ``fchmod`` in case the file existed); a symlink at ``path`` raises
-    ``OSError`` (``O_NOFOLLOW``)."""
+    with 0600, then ``fchmod`` in case the file existed). A symlink at ``path`` is refused
+    (``O_NOFOLLOW``: a link could point the secrets anywhere), with an ``OSError`` that
+    says so in words."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags, 0o600)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as e:
+        if e.errno == errno.ELOOP or path.is_symlink():
+            raise OSError(
+                f"--secret-file {path} is a symbolic link; refusing to write secrets through a link "
+                f"(it could point anywhere): remove it or choose another path",
+            ) from None
+        raise OSError(f"--secret-file {path}: {e.strerror}") from None
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:

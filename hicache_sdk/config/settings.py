@@ -124,6 +124,29 @@ def check_field(f: dataclasses.Field[Any], value: Any) -> None:
         raise ConfigError(f"{f.name}: must be {_range_text(rng, allow)}, got {value!r}")
 
 
+def _read_config_file(path: str) -> Any:
+    lower = path.lower()
+    if lower.endswith(".json"):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    if lower.endswith(".toml"):
+        import tomllib
+
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    if lower.endswith((".yaml", ".yml")):
+        try:
+            import yaml
+        except ImportError as e:  # pragma: no cover - depends on environment
+            raise ConfigError(f"{path}: reading YAML needs PyYAML: pip install pyyaml") from e
+        with open(path, encoding="utf-8") as f:
+            try:
+                return yaml.safe_load(f)
+            except yaml.YAMLError as e:
+                raise ValueError(str(e)) from None
+    raise ConfigError(f"config file {path!r}: unsupported extension (use .json, .toml or .yaml)")
+
+
 def parse_config_arg(value: str | None) -> dict[str, Any]:
     """Parse a CLI ``--config`` value: inline JSON, or ``@path`` to a .json/.toml/.yaml
     file (SGLang's extra-config convention). Empty or ``None`` gives ``{}``."""
@@ -131,24 +154,14 @@ def parse_config_arg(value: str | None) -> dict[str, Any]:
         return {}
     if value.startswith("@"):
         path = value[1:]
-        lower = path.lower()
-        if lower.endswith(".json"):
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        elif lower.endswith(".toml"):
-            import tomllib
-
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        elif lower.endswith((".yaml", ".yml")):
-            try:
-                import yaml
-            except ImportError as e:  # pragma: no cover - depends on environment
-                raise ConfigError(f"{path}: reading YAML needs PyYAML: pip install pyyaml") from e
-            with open(path, encoding="utf-8") as f:
-                data = yaml.safe_load(f)
-        else:
-            raise ConfigError(f"config file {path!r}: unsupported extension (use .json, .toml or .yaml)")
+        try:
+            data = _read_config_file(path)
+        except ConfigError:
+            raise
+        except OSError as e:
+            raise ConfigError(f"--config @{path}: {e.strerror or e}") from None
+        except ValueError as e:  # JSON, TOML and YAML syntax errors
+            raise ConfigError(f"--config @{path}: not valid: {str(e).splitlines()[0]}") from None
     else:
         try:
             data = json.loads(value)

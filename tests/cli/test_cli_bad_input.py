@@ -91,3 +91,22 @@ def test_bench_refuses_a_batch_beyond_the_machines_memory(tmp_path: Path) -> Non
     assert line.startswith(
         "hicache bench: --batch 1000000 of --page-bytes 64KiB needs 262.1 GB of host memory; "
     )
+
+
+@pytest.mark.parametrize(
+    ("content", "suffix", "says"),
+    [
+        (None, ".json", "No such file or directory"),
+        ("{bad", ".json", "not valid: Expecting property name"),
+        ("x = [", ".toml", "not valid: "),
+        ("{}", ".txt", "unsupported extension (use .json, .toml or .yaml)"),
+    ],
+)
+def test_config_file_problems_name_the_file(
+    tmp_path: Path, content: str | None, suffix: str, says: str
+) -> None:
+    path = tmp_path / f"c{suffix}"
+    if content is not None:
+        path.write_text(content)
+    line = _one_line(_hicache("ping", "file", "--config", f"@{path}", cwd=tmp_path), 2)
+    assert str(path) in line and says in line and "Errno" not in line

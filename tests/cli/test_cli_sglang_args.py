@@ -109,6 +109,11 @@ def test_symlinked_secret_file_is_refused(tmp_path: Path, capsys: pytest.Capture
     out, err = capsys.readouterr()
     assert out == "" and SALT not in err
     assert real.read_text() == "{}"
+    assert err.strip() == (
+        f"hicache sglang-args: --secret-file {link} is a symbolic link; refusing to write "
+        "secrets through a link (it could point anywhere): remove it or choose another path"
+    )
+    assert "Errno" not in err and "Too many levels of symbolic links" not in err
 
 
 def test_url_credentials_count_as_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
