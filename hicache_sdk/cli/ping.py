@@ -184,7 +184,9 @@ def _run_ping(args: argparse.Namespace, config: dict[str, Any], report: PingRepo
         return why is None, why or "the service answers"
 
     try:
-        if _timed(report, "reach", reachable):
+        # a backend without its own transport (not built on PagedStorage) cannot be probed
+        probe = getattr(backend, "raw_transport", None) is not None
+        if not probe or _timed(report, "reach", reachable):
             _round_trip(backend, pool, torch, n, ps, report)
     finally:
 

@@ -20,6 +20,7 @@ from hicache_sdk.spec import HiCacheStorage
 HICACHE = Path(sys.executable).parent / "hicache"
 STEPS = [
     "construct",
+    "reach",
     "register",
     "fill",
     "exists_before",
@@ -262,7 +263,10 @@ def test_ping_config_reaches_extra_config(capsys: pytest.CaptureFixture[str], tm
     [
         (["memory", "--config", "{bad"], "hicache ping: --config is not valid JSON"),
         (["memory", "--config", "[1]"], "hicache ping: config must be a JSON object"),
-        (["memory", "--config", "@/nonexistent/c.json"], "hicache ping: [Errno 2]"),
+        (
+            ["memory", "--config", "@/nonexistent/c.json"],
+            "hicache ping: --config @/nonexistent/c.json: No such file",
+        ),
         (["no-such-backend"], "hicache ping: no HiCache storage backend named 'no-such-backend'"),
         ([_path(BadConfigStorage)], "hicache ping: DictConfig: unknown config key(s) 'hots'"),
     ],
