@@ -27,6 +27,11 @@ def _format(info: BackendInfo) -> list[str]:
     if info.capabilities is not None:
         on = [k for k, v in info.capabilities.items() if v]
         lines.append(f"  {'':<10} capabilities: {', '.join(on) if on else '(none)'}")
+    if info.accelerators:
+        parts = [
+            f"{k} ({'built' if v else 'not built: pure-Python path'})" for k, v in info.accelerators.items()
+        ]
+        lines.append(f"  {'':<10} accelerators: {', '.join(parts)}")
     return lines
 
 

@@ -39,7 +39,7 @@ import re
 import sys
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..capabilities import Capabilities
@@ -96,6 +96,10 @@ class BackendInfo:
       hint), or notes a name conflict, or what the class's optional ``check_environment()``
       classmethod reported (a reason the backend cannot work on this machine).
     * ``capabilities``: ``Capabilities.to_dict()`` of the loaded class, else ``None``.
+    * ``accelerators``: the optional compiled parts the class reports through an optional
+      ``accelerators()`` classmethod (``{"hicache_backend_redis._bulkread": True}``: name ->
+      built and importable here); ``{}`` when it has none. Every backend works without
+      them (a pure-Python path does the same work, slower).
     """
 
     name: str
@@ -106,6 +110,7 @@ class BackendInfo:
     error: str | None
     capabilities: dict[str, Any] | None
     source: str = "entry_point"
+    accelerators: dict[str, bool] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with stable keys (``install`` is the pip command or None)."""
@@ -118,6 +123,7 @@ class BackendInfo:
             "importable": self.importable,
             "error": self.error,
             "capabilities": self.capabilities,
+            "accelerators": dict(self.accelerators),
             "install": install_command(self.distribution) if self.distribution else None,
         }
 
@@ -331,7 +337,19 @@ def _info_for(
     reason = _viability(cls)
     if reason:
         note = f"{note}; {reason}" if note else reason
-    return BackendInfo(name, value, dist, version, True, note, caps, source)
+    return BackendInfo(name, value, dist, version, True, note, caps, source, _accelerators(cls))
+
+
+def _accelerators(cls: Any) -> dict[str, bool]:
+    """The class's optional ``accelerators()`` report (name -> built), ``{}`` without one
+    or when it fails (diagnostics never raise)."""
+    hook = getattr(cls, "accelerators", None)
+    if not callable(hook):
+        return {}
+    try:
+        return {str(k): bool(v) for k, v in dict(hook()).items()}
+    except Exception:
+        return {}
 
 
 def list_backends(*, include_not_installed: bool = False) -> list[BackendInfo]:

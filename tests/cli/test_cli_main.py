@@ -15,9 +15,11 @@ import pytest
 from hicache_sdk import registry
 from hicache_sdk.cli import COMMANDS, main
 from hicache_sdk.cli.check import INSTALL_HINT
+from hicache_sdk.memory import MemoryStorage
 
 HICACHE = Path(sys.executable).parent / "hicache"
 KEYS = [
+    "accelerators",
     "capabilities",
     "distribution",
     "error",
@@ -150,3 +152,25 @@ def test_console_script_backends_json() -> None:
     assert "memory" in {d["name"] for d in data}
     version_proc = subprocess.run([str(HICACHE), "--version"], capture_output=True, text=True, timeout=60)
     assert version_proc.returncode == 0 and version_proc.stdout.startswith("hicache (hicache-sdk) ")
+
+
+class _Accelerated(MemoryStorage):
+    """A runtime backend that reports one optional compiled part, built, and one not."""
+
+    @classmethod
+    def accelerators(cls) -> dict[str, bool]:
+        return {"fast_reader": True, "fast_writer": False}
+
+
+def test_backends_shows_whether_optional_accelerators_are_built(capsys: pytest.CaptureFixture[str]) -> None:
+    registry.register_backend("accel-demo", _Accelerated)
+    try:
+        assert main(["backends", "--json"]) == 0
+        data = {d["name"]: d for d in json.loads(capsys.readouterr().out)}
+        assert data["accel-demo"]["accelerators"] == {"fast_reader": True, "fast_writer": False}
+        assert data["memory"]["accelerators"] == {}
+        assert main(["backends"]) == 0
+        out = capsys.readouterr().out
+        assert "accelerators: fast_reader (built), fast_writer (not built: pure-Python path)" in out
+    finally:
+        registry.unregister_backend("accel-demo")

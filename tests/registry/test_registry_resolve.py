@@ -114,6 +114,7 @@ def test_list_backends_reports_each_entry_point(with_fake_site: Path) -> None:
         "importable",
         "error",
         "capabilities",
+        "accelerators",
         "install",
     ]
     assert d["install"] == "pip install hicache-fake-backend"
