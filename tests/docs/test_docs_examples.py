@@ -302,3 +302,22 @@ def test_relative_links_in_the_docs_resolve() -> None:
                 )
             checked += 1
     assert checked >= 30
+
+
+def test_every_name_the_examples_import_is_documented() -> None:
+    """A name a doc example imports from the SDK is explained somewhere in docs/ (outside
+    the examples themselves): in backticks, or as a call."""
+    import ast
+    import re
+
+    docs = "\n".join(p.read_text(encoding="utf-8") for p in EXAMPLES.parent.rglob("*.md"))
+    quoted = set(re.findall(r"\w+", " ".join(re.findall(r"`([^`\n]+)`", docs))))
+    missing = []
+    for path in sorted(EXAMPLES.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hicache_sdk"):
+                for alias in node.names:
+                    name = alias.name
+                    if name not in quoted:
+                        missing.append(f"{path.name}: {node.module}.{name}")
+    assert not missing, f"imported by an example but documented nowhere in docs/: {missing}"
