@@ -20,46 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hicache_conformance.run import run_check
 
 FROZEN = Path(__file__).resolve().parent / "v0_1_0"
 HICACHE = str(Path(sys.executable).with_name("hicache"))
-
-
-def _run_check(
-    tmp_path: Path, ref: str, config: dict[str, Any], *extra: str
-) -> tuple[int, dict[str, Any], str]:
-    report = tmp_path / "report.json"
-    env = {**os.environ, "PYTHONPATH": str(FROZEN)}
-    proc = subprocess.run(
-        [
-            HICACHE,
-            "check",
-            ref,
-            "--config",
-            json.dumps(config),
-            "--matrix",
-            "minimal",
-            "-q",
-            "--report",
-            str(report),
-            *extra,
-        ],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    data = json.loads(report.read_text()) if report.exists() else {}
-    return proc.returncode, data, proc.stdout + proc.stderr
-
-
-def _totals(data: dict[str, Any]) -> dict[str, int]:
-    out = {"passed": 0, "skipped": 0, "failed": 0, "waived": 0}
-    for counts in data["levels"].values():
-        for k in out:
-            out[k] += counts[k]
-    return out
 
 
 def test_frozen_fixtures_are_unchanged() -> None:
@@ -101,14 +65,13 @@ def test_frozen_outside_backend_certifies(
     tmp_path: Path, ref: str, config: dict[str, Any], profile: str, least: int, verified: tuple[str, ...]
 ) -> None:
     config = {k: v.replace("{tmp}", str(tmp_path)) for k, v in config.items()}
-    rc, data, out = _run_check(tmp_path, ref, config)
-    failed = {n: t.get("reason") for n, t in data.get("tests", {}).items() if t["outcome"] == "failed"}
-    assert rc == 0 and data.get("ok") is True and not failed, (rc, failed, out[-3000:])
-    assert data["profile"] == profile
-    totals = _totals(data)
+    res = run_check(ref, config, "--matrix", "minimal", "-q", env={"PYTHONPATH": str(FROZEN)}, cwd=tmp_path)
+    assert res.ok and not res.failures, (res.returncode, res.failures, res.output[-3000:])
+    assert res.report["profile"] == profile
+    totals = res.totals
     assert totals["failed"] == 0 and totals["passed"] >= least, totals
     for cap in verified:
-        assert data["capabilities"]["verified"][cap] == "verified", (cap, data["capabilities"])
+        assert res.report["capabilities"]["verified"][cap] == "verified", (cap, res.report["capabilities"])
 
 
 def test_a_restatement_that_disagrees_fails_at_import_with_one_error(tmp_path: Path) -> None:
