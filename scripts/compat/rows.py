@@ -1,0 +1,188 @@
+"""The rows of the compatibility matrix: what runs, with which configuration, and what the
+verdict should be; the backends that cannot run here, and why; the outside backends on the
+package index."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from servers import CREDS, Servers
+
+#: How a row's suite run is configured: ``(servers, private_dir) -> (extra_config, env)``.
+Configure = Callable[[Servers, Path], tuple[dict[str, Any], dict[str, str]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    name: str  #: attribute of compat_backends
+    title: str
+    group: str  #: "sglang" (SGLang's built-in) or "ours" (through SGLang's dynamic backend)
+    configure: Configure
+    #: "pass" or "fail": the verdict a correct suite gives (see findings.py for why)
+    expected: str
+    #: Extra capabilities the backend supports but that cannot be inferred from its methods.
+    declare: tuple[str, ...] = ()
+    note: str = ""
+
+
+def _root(d: Path) -> dict[str, Any]:
+    return {"compat_root": str(d)}
+
+
+def _file(s: Servers, d: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    return _root(d), {}
+
+
+def _none(s: Servers, d: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    return {}, {}
+
+
+def _mooncake(s: Servers, d: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    c = s.mooncake()
+    # the settings an operator must give (where the master is, the transport this machine
+    # has); everything else (global_segment_size 4gb, ...) at SGLang's defaults
+    return {
+        "master_server_address": c.address,
+        "protocol": "tcp",
+        "local_hostname": "127.0.0.1",
+        "metadata_server": "P2PHANDSHAKE",
+    }, {"MC_LOG_LEVEL": "ERROR"}
+
+
+def _nixl(direct: bool) -> Configure:
+    def configure(s: Servers, d: Path) -> tuple[dict[str, Any], dict[str, str]]:
+        return {**_root(d), "plugin": {"posix": {"active": True}}, "use_direct_io": direct}, {}
+
+    return configure
+
+
+def _seaweedfs(s: Servers, d: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    # weed mini runs with auth off; boto3 still signs, so the client gets any credentials
+    return {"endpoint": s.weed().url}, {
+        "AWS_ACCESS_KEY_ID": "compat",
+        "AWS_SECRET_ACCESS_KEY": "compat-secret",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+def _aibrix(s: Servers, d: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    # aibrix-kvcache with its local RocksDB L2 connector (per-namespace root, set by
+    # compat_backends) and its L1 (host DRAM) tier off: the L1 tier would duplicate
+    # SGLang's own host pool, with a 10 GB default
+    return _root(d), {
+        "AIBRIX_KV_CACHE_OL_L1_CACHE_ENABLED": "0",
+        "AIBRIX_KV_CACHE_OL_L2_CACHE_BACKEND": "ROCKSDB",
+    }
+
+
+def _ours(name: str) -> Configure:
+    def configure(s: Servers, d: Path) -> tuple[dict[str, Any], dict[str, str]]:
+        cfg: dict[str, Any]
+        if name == "file":
+            cfg = {"root": str(d)}
+        elif name == "redis":
+            cfg = {"url": s.redis().url}
+        elif name == "s3":
+            cfg = {
+                "bucket": s.moto_bucket(),
+                "endpoint_url": s.moto().url,
+                "access_key_id": CREDS["aws_access_key_id"],
+                "secret_access_key": CREDS["aws_secret_access_key"],
+            }
+        else:
+            c = s.mooncake()
+            cfg = {"master_server_address": c.address, "metadata_server": "P2PHANDSHAKE", "protocol": "tcp",
+                   "local_hostname": "127.0.0.1"}  # fmt: skip
+        return sglang_args(name, cfg), {"MC_LOG_LEVEL": "ERROR"}
+
+    return configure
+
+
+def sglang_args(name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The extra config ``hicache sglang-args NAME --config JSON`` gives an operator."""
+    out = subprocess.run(
+        [sys.executable, "-m", "hicache_sdk.cli", "sglang-args", name, "--config", json.dumps(config)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    import shlex
+
+    argv = shlex.split(out)
+    return dict(json.loads(argv[3]))
+
+
+ROWS: tuple[Row, ...] = (
+    Row("file", "file (HiCacheFile)", "sglang", _file, "pass", ("mla",)),
+    Row("sim", "sim (SimHiCacheStorage)", "sglang", _none, "fail", ("mla",)),
+    Row("shm", "shm (HiCacheShm)", "sglang", _none, "fail"),
+    Row("mooncake", "mooncake (MooncakeStore)", "sglang", _mooncake, "fail", ("mla",)),
+    Row("hf3fs", "hf3fs (HiCacheHF3FS, mock client)", "sglang", _file, "fail"),
+    Row("nixl", "nixl (HiCacheNixl, POSIX)", "sglang", _nixl(False), "pass", ("mla",)),
+    Row("nixl_direct", "nixl (HiCacheNixl, POSIX, O_DIRECT)", "sglang", _nixl(True), "pass", ("mla",)),
+    Row("seaweedfs", "seaweedfs (SeaweedFSStore, weed mini)", "sglang", _seaweedfs, "pass", ("mla",)),
+    Row("aibrix", "aibrix (AibrixKVCacheStorage, RocksDB L2)", "sglang", _aibrix, "pass"),
+    Row("ours_file", "hicache-sdk file (dynamic)", "ours", _ours("file"), "pass"),
+    Row("ours_redis", "hicache-sdk redis (dynamic)", "ours", _ours("redis"), "pass"),
+    Row("ours_s3", "hicache-sdk s3 (dynamic)", "ours", _ours("s3"), "pass"),
+    Row("ours_mooncake", "hicache-sdk mooncake (dynamic)", "ours", _ours("mooncake"), "pass"),
+)
+
+#: SGLang 0.5.23's registered built-ins that cannot run on this machine, and why.
+NOT_RUNNABLE: dict[str, str] = {
+    "npu_memcache": (
+        "Ascend MemCache: SGLang's `NpuMemcacheStore` initialises `memcache_hybrid`'s store on an "
+        "Ascend NPU device (`store.init(device_id, ...)`, the device id from `torch.npu`) and needs "
+        "a deployed MetaService / LocalService; `memcache_hybrid` is on the package index, but this "
+        "machine has no NPU and torch has no `npu` device here."
+    ),
+    "eic": (
+        "Volcano Engine EIC: its client library `eic` is not published on the package index, and "
+        "the service it talks to is a cloud service (the backend maps each CUDA device to a NIC)."
+    ),
+    "simm": (
+        "Scitix SiMM: `simm.kv` is built from SiMM's own repository; the package named `simm` on "
+        "the index is an unrelated project with no `simm.kv` module."
+    ),
+    "mori": (
+        "AMD MORI UMBP (`UMBPStore`): needs `mori.umbp`, from a MORI build with `BUILD_UMBP=ON` "
+        "for ROCm GPUs; not on the package index."
+    ),
+    "tensorcast": "TensorCast: its client library `tensorcast` is not published on the package index.",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Outside:
+    """A HiCacheStorage backend published by someone else on the package index."""
+
+    dist: str
+    version: str
+    module: str
+    cls: str
+    why_not_run: str
+
+
+OUTSIDE: tuple[Outside, ...] = (
+    Outside(
+        "sglang-kvblockd",
+        "0.1.0",
+        "sglang_kvblockd.backend",
+        "KvblockdHiCacheStorage",
+        "needs a running kvblockd daemon (a Go binary; only its Python client `kvblockd` is on the "
+        "package index), so the suite does not run: every call would miss against an empty port",
+    ),
+    Outside(
+        "memkv-sglang",
+        "1.0.12",
+        "memkv_sglang.backend",
+        "MemKVHiCacheStorage",
+        "needs a MemKV cluster and a MinIO licence (proprietary; the client refuses to start without one)",
+    ),
+)
