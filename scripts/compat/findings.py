@@ -67,11 +67,106 @@ FINDINGS: tuple[Finding, ...] = (
 )
 
 
+_LEGACY = "managers/cache_controller.py:650-665 (these backends, and dynamic with interface_v1, go through _page_get_zero_copy / _page_set_zero_copy)"
+_LEADING_RUN = (
+    "managers/cache_controller.py:1113-1127 (_page_get_zero_copy counts the leading run of True), "
+    "mem_cache/hicache_storage.py:201-205 (count_pool_hits, v2)"
+)
+
+#: Checks of main's suite that SGLang's use of a backend does not support; each goes to
+#: strict or is rewritten on the path SGLang takes (the suite's own work).
+SUITE_FINDINGS: tuple[Finding, ...] = (
+    Finding(
+        ("*",),
+        ("test_empty_batches",),
+        STRICT,
+        "empty get/set batches: SGLang's controller sends 1 to 128 pages per get/set call "
+        "(STORAGE_BATCH_SIZE) and never an empty one.",
+        "mem_cache/hicache_storage.py:24, managers/cache_controller.py _page_transfer",
+    ),
+    Finding(
+        ("*",),
+        ("test_unsupported_v1_v2_answer_like_sglang_base",),
+        SUITE,
+        "despite its name, this test failed on an empty batch (see the empty-batch rule).",
+        "mem_cache/hicache_storage.py:24",
+    ),
+    Finding(
+        ("*",),
+        ("test_duplicate_keys_in_one_batch",),
+        STRICT,
+        "a key repeated in one batch: page keys are chained hashes of token ids, so one "
+        "request's batch never repeats a key.",
+        "mem_cache/utils.py get_hash_str (chained page hashes)",
+    ),
+    Finding(
+        ("*",),
+        ("test_set_existing_page_keeps_original",),
+        STRICT,
+        "first write wins: SGLang relies only on a rewrite of an existing key returning True "
+        "(a False stops the rest of the backup); a rewrite may store different bytes when "
+        "kernels are not batch-invariant.",
+        "managers/cache_controller.py:1428-1433",
+    ),
+    Finding(
+        ("nixl*",),
+        ("test_legacy_get_set_is_byte_exact", "test_missing_page_is_a_miss"),
+        SUITE,
+        "legacy get/set on a backend SGLang routes through v1: HiCacheNixl's get/set/batch_get/"
+        "batch_set raise NotImplementedError('deprecated; use batch_get_v1'), and SGLang never "
+        "calls them for nixl.",
+        _LEGACY,
+    ),
+    Finding(
+        ("nixl*",),
+        ("test_v1_results_are_per_key", "test_sidecar_pool_round_trip"),
+        STRICT,
+        "per-key results: NIXL answers a batch all-or-nothing ([False, False] for [present, "
+        "missing]); SGLang uses only the leading run of True, and a miss reported for a present "
+        "page is safe.",
+        _LEADING_RUN,
+    ),
+    Finding(
+        ("nixl_direct",),
+        ("test_*",),
+        SUITE,
+        "the suite's own host pools lack is_stride_page_aligned(), which SGLang's HostKVCache "
+        "has and HiCacheNixl calls with O_DIRECT (AttributeError); with SGLang's pools these run.",
+        "mem_cache/storage/nixl/hicache_nixl.py:381, mem_cache/pool_host/base.py:489",
+    ),
+    Finding(
+        ("mooncake",),
+        ("test_clear_is_scoped_to_the_namespace",),
+        DEFECT,
+        "`clear()` is `remove_all()`, which removes every object of the Mooncake cluster (once "
+        "its lease has expired), including other deployments' keys under another "
+        "`extra_backend_tag`, though every key this store writes carries its `config_prefix`.",
+        "mem_cache/storage/mooncake_store/mooncake_store.py:1628-1629 (clear), :456-474 (config_prefix)",
+        "tests/sglang/defects/test_mooncake_clear_wipes_other_tenants.py",
+    ),
+    Finding(
+        ("aibrix",),
+        ("test_*",),
+        SUITE,
+        "the suite's own host pools lack target_layer_num, which SGLang's host pools have and "
+        "AibrixKVCacheStorage reads at construction (AttributeError); with SGLang's pools these run.",
+        "mem_cache/storage/aibrix_kvcache/aibrix_kvcache_storage.py:37, mem_cache/pool_host/base.py:259",
+    ),
+    Finding(
+        ("*",),
+        ("test_matches_reference_model",),
+        SUITE,
+        "the stateful test: an empty get batch, a legacy call on a v1 backend, or (NIXL) "
+        "hypothesis' FlakyStrategyDefinition; it repeats the findings above.",
+    ),
+)
+
+
 def classify(row: str, test: str) -> Finding | None:
     """The finding that explains ``test`` failing on ``row`` (``test`` may carry pytest
     parameters), or ``None``."""
     name = test.split("[", 1)[0]
-    for f in FINDINGS:
+    for f in (*FINDINGS, *SUITE_FINDINGS):
         if any(fnmatch.fnmatchcase(row, r) for r in f.rows) and any(
             fnmatch.fnmatchcase(name, t) for t in f.tests
         ):

@@ -137,8 +137,17 @@ def render(run: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+_REPO = str(__import__("pathlib").Path(__file__).resolve().parents[2])
+
+
 def _one_line(s: str, n: int = 300) -> str:
-    s = " ".join(str(s).split()).replace("|", "\\|").replace("`", "'")
+    s = (
+        " ".join(str(s).split())
+        .replace(_REPO + "/", "")
+        .replace(_REPO, ".")
+        .replace("|", "\\|")
+        .replace("`", "'")
+    )
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
