@@ -163,8 +163,8 @@ NOT_RUNNABLE: dict[str, str] = {
     "npu_memcache": (
         "Ascend MemCache: SGLang's `NpuMemcacheStore` initialises `memcache_hybrid`'s store on an "
         "Ascend NPU device (`store.init(device_id, ...)`, the device id from `torch.npu`) and needs "
-        "a deployed MetaService / LocalService; `memcache_hybrid` is on the package index, but this "
-        "machine has no NPU and torch has no `npu` device here."
+        "a deployed MetaService / LocalService; `memcache_hybrid` is on the package index, but a CPU-only "
+        "host has no NPU and torch there has no `npu` device."
     ),
     "eic": (
         "Volcano Engine EIC: its client library `eic` is not published on the package index, and "
