@@ -12,6 +12,13 @@ all-or-nothing) and an indexer pool (KV-derived, clamped) next to the KV, writte
 KV and checked byte for byte like it. ``--io-timeout`` bounds every backend call on the
 resilience layer's deadline runner (real time; an abandoned call is a miss and its host slots
 stay out of reuse until it ends). Exit 0 when every check holds, 1 otherwise, 2 usage.
+
+The summary counts each instance's L3 traffic with SGLang's lifecycle counters (tokens; see
+:mod:`hicache_sdk.metrics.lifecycle`): the L3 hit, what was prefetched and backed up, hit
+tokens not used (``unfulfilled``) and deferred, by SGLang's reasons, and the prefetches not
+attempted (``declined``, ours). Every reason shown is explained once below the table.
+Progress goes to stderr; it redraws one line with carriage returns only when both stderr and
+stdout are terminals, and otherwise prints a plain line now and then.
 """
 
 from __future__ import annotations
@@ -117,7 +124,8 @@ def _instance(name: str, args: dict[str, Any], dtype_name: str, q: Any) -> None:
                 "tiers_tokens": tiers,
                 "prefill_tokens_saved": tiers["gpu"] + tiers["host"] + tiers["storage"],
                 "pages_written": engine.writer.pages_written,
-                "early_aborts": state.counters.snapshot(),
+                "lifecycle_tokens": state.counters.snapshot(),
+                "causes": state.counters.causes(),
                 "seconds": round(elapsed, 3),
                 "device": dev.device,
                 "sidecars": [sc.name for sc in sidecars],
@@ -126,12 +134,19 @@ def _instance(name: str, args: dict[str, Any], dtype_name: str, q: Any) -> None:
     )
 
 
+def _interactive() -> bool:
+    """Redraw progress in place only on a terminal (both streams: a piped stdout means a log)."""
+    return sys.stderr.isatty() and sys.stdout.isatty()
+
+
 def _run_one(name: str, args: dict[str, Any], dtype: str, show: bool) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     p = ctx.Process(target=_instance, args=(name, args, dtype, q))
     p.start()
     result: dict[str, Any] = {}
+    redraw = _interactive()
+    shown = -1
     while True:
         try:
             msg = q.get(timeout=120)
@@ -139,17 +154,60 @@ def _run_one(name: str, args: dict[str, Any], dtype: str, show: bool) -> dict[st
             break
         if msg[0] == "progress" and show:
             _, _, i, n = msg
-            bar = "#" * (30 * i // n)
-            print(f"\r{name:<12} [{bar:<30}] {i}/{n}", end="", file=sys.stderr, flush=True)
+            if redraw:
+                bar = "#" * (30 * i // n)
+                print(f"\r{name:<12} [{bar:<30}] {i}/{n}", end="", file=sys.stderr, flush=True)
+            elif 4 * i // n > shown:  # a plain line at 0 %, 25 %, 50 %, 75 % and the end
+                shown = 4 * i // n
+                print(f"{name:<12} {i}/{n} requests", file=sys.stderr, flush=True)
         elif msg[0] == "done":
             result = msg[2]
             break
     p.join(timeout=60)
-    if show:
+    if show and redraw:
         print(file=sys.stderr)
     if not result:
         result = {"instance": name, "error": f"process exited with {p.exitcode}"}
     return result
+
+
+def _counted(values: dict[str, int]) -> str:
+    shown = {k: v for k, v in values.items() if v}
+    return ", ".join(f"{k}={v}" for k, v in shown.items()) or "none"
+
+
+def _print_summary(runs: list[dict[str, Any]]) -> None:
+    from ..metrics import lifecycle as lc
+
+    shown: dict[str, None] = {}
+    for r in runs:
+        if "error" in r:
+            print(f"{r['instance']}: {r['error']}")
+            continue
+        t = r["tiers_tokens"]
+        life = r["lifecycle_tokens"]
+        print(
+            f"{r['instance']:<14} dtype={r['dtype']:<9} gpu={t['gpu']:>6} host={t['host']:>6} "
+            f"storage={t['storage']:>6} computed={t['computed']:>6} saved={r['prefill_tokens_saved']:>6} "
+            f"written_pages={r['pages_written']:>4} {r['seconds']:.2f}s device={r['device']}"
+        )
+        pad = " " * 15
+        print(
+            f"{pad}L3 hit {life[lc.HIT]} tokens, prefetched {life[lc.PREFETCHED]}, "
+            f"backed up {life[lc.BACKUPED]}, backup dropped {life[lc.BACKUP_DROPPED]}"
+        )
+        for label, name in (
+            ("hit not used", lc.UNFULFILLED),
+            ("hit deferred", lc.DEFERRED),
+            ("not attempted", lc.DECLINED),
+        ):
+            values = life[name]
+            print(f"{pad}{label:<14} {_counted(values)}")
+            shown.update({k: None for k, v in values.items() if v})
+    if shown:
+        print("reasons (tokens; sglang:storage_prefetch_*_tokens_total, hicache_prefetch_declined_tokens_total):")
+        for k in shown:
+            print(f"  {k}: {lc.REASON_TEXT.get(k, k)}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,18 +260,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
     else:
-        for r in runs:
-            if "error" in r:
-                print(f"{r['instance']}: {r['error']}")
-                continue
-            t = r["tiers_tokens"]
-            aborts = {k: v for k, v in r["early_aborts"].items() if v}
-            print(
-                f"{r['instance']:<14} dtype={r['dtype']:<9} gpu={t['gpu']:>6} host={t['host']:>6} "
-                f"storage={t['storage']:>6} computed={t['computed']:>6} saved={r['prefill_tokens_saved']:>6} "
-                f"written_pages={r['pages_written']:>4} {r['seconds']:.2f}s device={r['device']}"
-            )
-            print(f"{'':<14} early aborts: {aborts or 'none'}")
+        _print_summary(runs)
         for k, v in checks.items():
             print(f"{'ok  ' if v else 'FAIL'} {k}")
         print(f"total {report['seconds']:.1f}s")

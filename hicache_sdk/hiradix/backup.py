@@ -6,10 +6,17 @@
 * Sidecar state is produced at the host backup (KV-derived pools at the KV slots, trailing
   pools for the last ``window_pages`` nodes) and written to L3 before the KV.
 * Every host backup is followed by a storage backup: the host lock of the last node is held
-  until the backup is acknowledged (:meth:`WritePath.drain`); the backup job checks existence
-  first (``batch_exists``: the leading pages already stored are skipped), writes KV in chunks
-  of at most 128 pages and stops at the first failed chunk. Only the writer rank writes;
-  every rank reduces once per chunk, so all post the same number of acknowledgements.
+  until the backup is acknowledged (:meth:`WritePath.drain`), so the host slots the backup
+  reads (captured when it is queued) are never evicted and reused under it; the backup job
+  checks existence first (``batch_exists``: the leading pages already stored are skipped),
+  writes KV in chunks of at most 128 pages and stops at the first failed chunk. Only the
+  writer rank writes; every rank reduces once per chunk, so all post the same number of
+  acknowledgements.
+* Every backup token is accounted for (SGLang's names, tokens): completed pages count as
+  ``backuped``, the rest as ``hicache_backup_dropped`` with a reason: ``host_capacity`` (no
+  host copy could be made, so no L3 copy will be), ``storage_transfer`` (a write failed or
+  came back short), ``deadline`` (a write abandoned past ``io_timeout_s``). Only completed
+  pages are marked ``backed_up_storage``: a partial backup never passes for a whole one.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import torch
 
 from hicache_sdk.spec import PoolTransfer
 
-from .cache import CHUNK_PAGES, CacheState
+from .cache import CHUNK_PAGES, CacheState, CallAbandoned
 from .counters import Abort
 from .sidecars import transfer, write_side_page
 from .tree import TreeNode
@@ -35,9 +42,11 @@ T = TypeVar("T")
 @dataclass(eq=False)
 class BackupOp:
     nodes: list[TreeNode]
+    host_indices: list[torch.Tensor]  # each node's host slots, captured when queued
     completed_pages: int = 0
     acks: int = 0
     io_refs: int = 0
+    abandoned: bool = False  # a write outlived io_timeout_s
 
 
 class WritePath:
@@ -79,7 +88,8 @@ class WritePath:
                 break  # keep host backups contiguous from the root
             idx = s.alloc_host_evicting(len(n.value))
             if idx is None:
-                s.counters.abort("", Abort.HOST_POOL_FULL)
+                lost = [m for m in nodes[nodes.index(n) :] if m.value is not None and not m.on_host]
+                s.counters.backup_dropped(len(lost) * s.config.page_size, "host_capacity", Abort.BACKUP_HOST_FULL)
                 break
             s.dev.store_to_host(n.value, s.host_kv, idx)
             n.host_value = idx
@@ -87,7 +97,7 @@ class WritePath:
         self._host_sidecars(done)
         if done and s.storage is not None and s.config.storage_enabled:
             s.tree.inc_host_lock_ref(done[-1])
-            op = BackupOp(done)
+            op = BackupOp(done, [n.host_value for n in done if n.host_value is not None])
             self.ongoing += 1
             s.runner.submit(lambda: self._write(op))
 
@@ -108,7 +118,7 @@ class WritePath:
                     continue
                 slots = s.alloc_side_evicting(sc, sc.slots_per_page)
                 if slots is None:
-                    s.counters.abort("", Abort.HOST_POOL_FULL)
+                    s.counters.abort("", Abort.BACKUP_HOST_FULL)
                     continue
                 write_side_page(sc, int(slots[0]), n.hash)
                 n.side[sc.name] = slots
@@ -129,7 +139,11 @@ class WritePath:
             finally:
                 end()
 
-        return self.s.bounded(run, on_skip=end)
+        try:
+            return self.s.bounded(run, on_skip=end)
+        except CallAbandoned:
+            op.abandoned = True
+            raise
 
     def _write_sidecars(self, op: BackupOp) -> None:
         """Sidecars before KV (spec 1.4), one ``batch_set_v2``, from every rank (the adapter
@@ -177,9 +191,7 @@ class WritePath:
             else:
                 lo = max(0, skip - c0)
                 if lo < len(ck):
-                    idx = torch.cat(
-                        [n.host_value for n in op.nodes[c0 + lo : c0 + len(ck)] if n.host_value is not None]
-                    )
+                    idx = torch.cat(op.host_indices[c0 + lo : c0 + len(ck)])
                     try:
                         res = self._io(op, partial(s.storage.batch_set_v1, ck[lo:], idx))  # type: ignore[union-attr]
                         good = all(bool(r) for r in res) and len(res) == len(ck) - lo
@@ -204,12 +216,17 @@ class WritePath:
         with self._lock:
             acks, self._acks = self._acks, []
             late, self._late = self._late, []
+        ps = self.s.config.page_size
         for op in acks:
             for n in op.nodes[: op.completed_pages]:
                 n.backed_up_storage = True
+            self.s.counters.backuped(op.completed_pages * ps)
             if op.completed_pages < len(op.nodes):
                 self.failed_backups += 1
-                self.s.counters.abort("", Abort.BACKEND_FAILURE)
+                reason, cause = (
+                    ("deadline", Abort.BACKUP_ABANDONED) if op.abandoned else ("storage_transfer", Abort.BACKUP_FAILED)
+                )
+                self.s.counters.backup_dropped((len(op.nodes) - op.completed_pages) * ps, reason, cause)
         for op in late + acks:
             with self._lock:
                 busy = op.io_refs > 0

@@ -100,6 +100,7 @@ class Engine:
         return served
 
     def cancel(self, req_id: str) -> None:
+        """The request went away (its open storage hit is excluded from the counters)."""
         self.prefetcher.cancel(req_id)
         self._pending.pop(req_id, None)
 
@@ -124,9 +125,12 @@ class Engine:
         node = m.last_host_node
         s.tree.inc_lock_ref(node)  # keep the matched path while the rest is computed
         try:
+            loaded_back = True
             if m.host_len and load_back(s, node, None, req_id) == 0:
                 # not loaded: the host run is recomputed (drop the match below the device run)
                 node = m.last_device_node
+                loaded_back = False
+            self._settle_storage_hit(req_id, loaded_back)
             path = node.path()
             rest = tokens[len(path) * ps : len(tokens) // ps * ps]
             new_nodes = s.tree.insert(node, rest)
@@ -150,6 +154,22 @@ class Engine:
             self.writer.on_hit(served.nodes)
         finally:
             s.tree.dec_lock_ref(m.last_host_node)
+
+    def _settle_storage_hit(self, req_id: str, loaded_back: bool) -> None:
+        """Admission closes the request's storage hit (SGLang's
+        ``_account_prefill_cache_admission``): the L3-filled pages now on the device are
+        fulfilled; the rest is ``device_capacity`` when the load-back fell short, else
+        ``cache_admission_shortfall``."""
+        s, ps = self.s, self.s.config.page_size
+        nodes = self.prefetcher.loaded_nodes.pop(req_id, [])
+        fulfilled = ps * sum(1 for n in nodes if n.on_device)
+        if s.counters.open_tokens(req_id) <= fulfilled:
+            s.counters.finish(req_id, fulfilled, None)
+            return
+        aborts = s.counters.trace(req_id).aborts
+        cause = aborts[-1] if aborts and not loaded_back else None
+        reason = "cache_admission_shortfall" if loaded_back else "device_capacity"
+        s.counters.finish(req_id, fulfilled, reason, cause, fulfilled_tokens=fulfilled)
 
     def verify(self, nodes: list[TreeNode]) -> bool:
         """Every device-resident node in ``nodes`` holds exactly :func:`page_kv` of its hash."""

@@ -47,6 +47,8 @@ class Prefetcher(PrefetchIO):
         self.loaded_from_storage = 0
         self.retries = Retries(state.config)
         self.quarantine_ops: set[PrefetchOp] = set()  # ops holding quarantined slots (under host_lock)
+        #: per request, the host nodes its last prefetch filled from L3 (admission settles them)
+        self.loaded_nodes: dict[str, list[TreeNode]] = {}
 
     @property
     def capacity_limit(self) -> int:
@@ -69,17 +71,17 @@ class Prefetcher(PrefetchIO):
             return False
         if req_id in self.ongoing:
             return False
-        if not (last_host_node.is_root or last_host_node.on_host):
-            s.counters.abort(req_id, Abort.ANCHOR_NOT_BACKED_UP)
-            return False
         ps = cfg.page_size
         key = list(new_input_tokens[: len(new_input_tokens) // ps * ps])
         tr.storage_candidate_tokens = len(key)
+        if not (last_host_node.is_root or last_host_node.on_host):
+            s.counters.decline(req_id, len(key), "anchor_not_backed_up", Abort.ANCHOR_NOT_BACKED_UP)
+            return False
         if len(key) < cfg.effective_prefetch_threshold:
-            s.counters.abort(req_id, Abort.BELOW_THRESHOLD)
+            s.counters.decline(req_id, len(key), "too_short", Abort.BELOW_THRESHOLD)
             return False
         if self.tokens_occupied >= self.capacity_limit:
-            s.counters.abort(req_id, Abort.CAPACITY)
+            s.counters.decline(req_id, len(key), "rate_limited", Abort.CAPACITY)
             self.retries.arm(req_id)
             return False
         s.tree.inc_host_lock_ref(last_host_node)
@@ -133,13 +135,17 @@ class Prefetcher(PrefetchIO):
             if self.ongoing.get(op.req_id) is not op or op.terminated:
                 continue
             assert op.hit_tokens is not None
-            s.counters.trace(op.req_id).storage_hit_tokens = op.hit_tokens
-            if op.hit_tokens < thr:
-                s.counters.abort(op.req_id, Abort.BELOW_THRESHOLD)
+            req, hit = op.req_id, op.hit_tokens
+            c = s.counters
+            c.trace(req).storage_hit_tokens = hit
+            c.hit(req, hit)
+            if hit < thr:
+                c.abort(req, Abort.BELOW_THRESHOLD)
+                c.finish(req, 0, "below_threshold", Abort.BELOW_THRESHOLD, hit_tokens=hit, threshold=thr)
                 self._revoke(op, retry=True)
                 continue
-            idx = s.alloc_host_evicting(op.hit_tokens, min_tokens=thr)
-            if idx is not None and op.endpoints is not None and len(idx) < op.hit_tokens:
+            idx = s.alloc_host_evicting(hit, min_tokens=thr)
+            if idx is not None and op.endpoints is not None and len(idx) < hit:
                 # partial allocation with TRAILING pools: end on an agreed restorable endpoint
                 pages = max([0, *(p for p in op.endpoints if p * ps <= len(idx))])
                 s.free_host(idx[pages * ps :])
@@ -147,12 +153,24 @@ class Prefetcher(PrefetchIO):
                 if pages * ps < thr:
                     s.free_host(idx)
                     idx = None
-            if idx is None or not self._alloc_side(op, len(idx) // ps):
-                if idx is not None:
-                    s.free_host(idx)
-                s.counters.abort(op.req_id, Abort.HOST_POOL_FULL)
+            cause = Abort.HOST_POOL_FULL
+            if idx is not None and not self._alloc_side(op, len(idx) // ps):
+                s.free_host(idx)
+                idx, cause = None, Abort.AUX_ALLOC_FAILED
+            if idx is None:
+                # nothing stages: the whole hit is unfulfilled now and waits for a retry
+                c.abort(req, cause)
+                free = s.host.available_size()
+                c.finish(req, 0, "host_capacity", cause, hit_tokens=hit, free_tokens=free)
+                c.defer(req, hit, "host_capacity", cause)
                 self._revoke(op, retry=True)
                 continue
+            if len(idx) < hit:
+                # cut to what the host pool could stage (0.5.23's partial allocation)
+                c.abort(req, Abort.HOST_POOL_SHORT)
+                c.resolve(
+                    req, hit - len(idx), "host_capacity", Abort.HOST_POOL_SHORT, hit_tokens=hit, kept_tokens=len(idx)
+                )
             op.hit_tokens = len(idx)
             op.hashes = op.hashes[: len(idx) // ps]
             op.host_indices = idx
@@ -168,6 +186,7 @@ class Prefetcher(PrefetchIO):
             sr.keys = op.hashes[pages - sr.window : pages]
             sr.slots = self.s.alloc_side_evicting(sr.sc, sr.window * sr.sc.slots_per_page)
             if sr.slots is None:
+                self.s.counters.aux_alloc_failed(op.req_id, sr.window * sr.sc.slots_per_page, sr.sc.name)
                 for g in got:
                     assert g.slots is not None
                     self.s.free_slots(g.sc.pool, g.slots)
@@ -180,7 +199,12 @@ class Prefetcher(PrefetchIO):
 
     def check_prefetch_progress(self, req_id: str, queue_head: bool = True) -> bool:
         """The admission gate: ``True`` when the request may be scheduled now. A request
-        with an armed retry waits for it unless it is the ``queue_head``."""
+        with an armed retry waits for it unless it is the ``queue_head``.
+
+        ``timeout``: the deadline is a termination condition of its own: it holds while
+        a sidecar (auxiliary pool) read is still pending after the KV landed (SGLang
+        0.5.23 ignored it then; fixed upstream by sgl-project/sglang#35181). A hybrid
+        prefetch cut by it is discarded whole (all-or-nothing), as any incomplete one."""
         self.drain()
         op = self.ongoing.get(req_id)
         if op is None:
@@ -190,26 +214,27 @@ class Prefetcher(PrefetchIO):
             self._finish(op)
             return True
         if policy == "best_effort":
-            self._terminate(op)
+            self._terminate(op, Abort.BEST_EFFORT)
             return True
         if policy == "wait_complete":
             return False
         now = self.s.clock.now()
         if op.first_blocked_at is None:
             op.first_blocked_at = now
-        landed = op.host_indices is not None and op.completed_tokens >= (op.hit_tokens or 0)
-        if landed:  # the KV has landed: the deadline is ignored while the sidecars finish
-            return False
         if now - op.first_blocked_at >= self.s.config.timeout_for(op.requested_tokens):
             self.s.counters.abort(req_id, Abort.TIMEOUT)
             self.retries.expire(req_id)
-            self._terminate(op)
+            op.deadline_expired = True
+            self._terminate(op, Abort.TIMEOUT)
             return True
         return False
 
     def cancel(self, req_id: str) -> None:
-        """The request went away: finish its prefetch without inserting anything."""
+        """The request went away: finish its prefetch without inserting anything (its open
+        storage hit is excluded from the lifecycle counters, as SGLang excludes aborts)."""
         self.retries.forget(req_id)
+        self.s.counters.discard(req_id)
+        self.loaded_nodes.pop(req_id, None)
         op = self.ongoing.get(req_id)
         if op is not None:
             op.terminated = True
@@ -218,9 +243,14 @@ class Prefetcher(PrefetchIO):
             else:
                 self._finish(op, insert=False)
 
-    def _terminate(self, op: PrefetchOp) -> None:
+    def _terminate(self, op: PrefetchOp, cause: Abort) -> None:
+        """The policy stops ``op`` (``best_effort`` at the first poll, ``timeout`` at its
+        deadline): revoke before host staging, else keep what completed."""
         op.terminated = True
+        op.stopped_by = cause
         if op.host_indices is None:
+            if cause is Abort.BEST_EFFORT:  # the hit query had not returned: L3 never used
+                self.s.counters.abort(op.req_id, cause)
             self._revoke(op)
         else:
             self._finish(op)
@@ -232,27 +262,38 @@ class Prefetcher(PrefetchIO):
 
     def _revoke(self, op: PrefetchOp, retry: bool = False) -> None:
         op.terminated = True
+        # SGLang's revoke counts any hit token still open as ``dropped``; every path here
+        # resolves the hit first, so this counts nothing unless that ever changes
+        self.s.counters.finish(op.req_id, 0, "dropped")
         self._release(op)
         if retry:
             self.retries.arm(op.req_id)
 
     def _accepted(self, op: PrefetchOp) -> bool:
         """Spec 2.4 ``_check_hybrid_prefetch_result``: with trailing pools, KV must have
-        completed the whole planned hit and each pool's leading run must cover its keys."""
+        completed the whole planned hit and each pool's leading run must cover its keys.
+        A discarded prefetch's hit is unfulfilled: ``deadline`` when the timeout cut it,
+        else ``storage_transfer``."""
         if not op.hybrid:
             return True
+        cause: Abort | None = None
         if not op.side_done or op.completed_tokens < (op.hit_tokens or 0):
-            self.s.counters.abort(op.req_id, Abort.HYBRID_INCOMPLETE)
-            return False
-        if any((sr.hits or 0) < len(sr.keys) for sr in op.side):
-            self.s.counters.abort(op.req_id, Abort.SIDECAR_MISS)
-            return False
-        return True
+            cause = Abort.HYBRID_INCOMPLETE
+        elif any((sr.hits or 0) < len(sr.keys) for sr in op.side):
+            cause = Abort.SIDECAR_MISS
+        if cause is None:
+            return True
+        c = self.s.counters
+        c.abort(op.req_id, cause)
+        reason = "deadline" if op.deadline_expired else "storage_transfer"
+        c.finish(op.req_id, 0, reason, cause, hit_tokens=op.hit_tokens or 0, completed_tokens=op.completed_tokens)
+        return False
 
     def _finish(self, op: PrefetchOp, insert: bool = True) -> None:
         """Insert the completed prefix as host-only nodes (after the hybrid acceptance check),
         commit trailing-pool states onto the last nodes, free duplicates; free or quarantine
-        the rest."""
+        the rest. Staged tokens the read did not complete are unfulfilled (``deadline``
+        after the timeout, else ``storage_transfer``)."""
         s, ps = self.s, self.s.config.page_size
         assert op.host_indices is not None
         insert = insert and self._accepted(op)
@@ -270,7 +311,16 @@ class Prefetcher(PrefetchIO):
                 self.quarantine_ops.add(op)
         for pool, idx in free:
             s.free_slots(pool, idx)
+        staged = len(op.host_indices)
+        if insert and done < staged:
+            cause = op.stopped_by or Abort.READ_FAILED
+            if cause is not Abort.TIMEOUT:  # the timeout was recorded at the gate
+                s.counters.abort(op.req_id, cause)
+            reason = "deadline" if op.deadline_expired else "storage_transfer"
+            s.counters.resolve(op.req_id, staged - done, reason, cause, hit_tokens=staged, completed_tokens=done)
+        s.counters.prefetched(done)
         loaded = 0
+        new_nodes: list[TreeNode] = []
         if done:
             nodes = s.tree.insert(op.anchor, op.key[:done])
             for i, node in enumerate(nodes):
@@ -280,9 +330,13 @@ class Prefetcher(PrefetchIO):
                 else:
                     node.host_value = slots
                     loaded += ps
+                    new_nodes.append(node)
                 node.backed_up_storage = True
             if keep_side:
                 self._commit_side(op, nodes)
+        s.counters.resolve(op.req_id, done - loaded)  # the host already held those: not counted
+        if insert:
+            self.loaded_nodes[op.req_id] = new_nodes
         tr = s.counters.trace(op.req_id)
         tr.host_filled_tokens = done
         tr.loaded_from_storage_tokens = loaded

@@ -15,6 +15,7 @@ import torch
 from hicache_sdk.spec import PoolName, count_pool_hits
 
 from .cache import CHUNK_PAGES, CacheState
+from .counters import Abort
 from .sidecars import SideRead, leading, transfer
 from .tree import TreeNode
 
@@ -40,6 +41,8 @@ class PrefetchOp:
     terminated: bool = False
     finalized: bool = False
     first_blocked_at: float | None = None
+    deadline_expired: bool = False  # the timeout policy ended it
+    stopped_by: Abort | None = None  # the policy that terminated it (best_effort / timeout)
     quarantined: list[tuple[Any, torch.Tensor]] = field(default_factory=list)
     failed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)

@@ -3,6 +3,14 @@
 :class:`LocalGroup` is one rank (identity). :class:`GlooGroup` reduces over a
 ``torch.distributed`` process group (gloo, CPU tensors). Every rank must call the same
 sequence of reductions; a rank whose operation was cancelled still calls, contributing 0.
+
+The group is the ranks that serve **the same requests**: with DP attention, each DP replica
+(``attn_tp_size = tp_size // dp_size`` consecutive ranks) schedules its own requests, so the
+reduction must run on that replica's attention-TP group (:meth:`GlooGroup.attention_tp`),
+never on the whole TP group: there a replica waits for collectives the other replicas never
+issue (sgl-project/sglang#7158). A rank whose backend never returns still joins every
+collective when the read path bounds its calls (``ReadPathConfig.io_timeout_s``): the call
+is abandoned and the rank contributes a miss.
 """
 
 from __future__ import annotations
@@ -42,6 +50,32 @@ class GlooGroup:
         t = torch.tensor(values, dtype=torch.int64)
         self._dist.all_reduce(t, op=self._dist.ReduceOp.MIN, group=self._group)
         return [int(v) for v in t.tolist()]
+
+    @classmethod
+    def attention_tp(cls, dp_size: int, group: Any = None, timeout: Any = None) -> GlooGroup:
+        """This rank's attention-TP group with DP attention: the ranks of ``group`` (the TP
+        group; ``None``: the default group) split into ``dp_size`` replicas of consecutive
+        ranks (SGLang: ``dp_rank = tp_rank // attn_tp_size``). Every rank of ``group`` must
+        call this (``new_group`` is collective), in the same order. ``timeout`` (a
+        ``datetime.timedelta``) bounds each collective of the new group.
+
+        Raises ``ValueError`` when the group's size is not a multiple of ``dp_size``."""
+        import torch.distributed as dist
+
+        world = dist.get_world_size(group)
+        if dp_size < 1 or world % dp_size:
+            raise ValueError(f"dp_size must divide the TP group's size {world}, got {dp_size}")
+        ranks = dist.get_process_group_ranks(group) if group is not None else list(range(world))
+        attn = world // dp_size
+        me = dist.get_rank()
+        mine: Any = None
+        for d in range(dp_size):
+            members = ranks[d * attn : (d + 1) * attn]
+            kw = {} if timeout is None else {"timeout": timeout}
+            sub = dist.new_group(members, backend="gloo", **kw)
+            if me in members:
+                mine = sub
+        return cls(mine)
 
 
 def restorable_flags(span_pages: int, hit_pages: int, restorable: list[int] | None) -> list[int]:

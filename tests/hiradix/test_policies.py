@@ -64,20 +64,25 @@ def test_timeout_timer_starts_at_first_blocked_poll_and_is_exact() -> None:
     assert e.explain("r")["why_not"] == [Abort.TIMEOUT.value]  # type: ignore[attr-defined]
 
 
-def test_timeout_ignored_once_kv_landed() -> None:
+def test_timeout_after_kv_landed_admits_with_what_landed() -> None:
+    """The deadline is a termination condition of its own (sgl-project/sglang#35181): past
+    it the request is admitted although the completion ack was not drained yet, and every
+    KV token that landed is used (nothing is counted unfulfilled)."""
+    from hicache_sdk.metrics import lifecycle as lc
+
     e, _ = _started("timeout")
     assert e.try_admit("r") is None  # type: ignore[attr-defined]
-    e.s.runner.run_all()  # type: ignore[attr-defined]  # query
+    e.s.runner.step()  # type: ignore[attr-defined]  # query
     e.prefetcher.drain()  # type: ignore[attr-defined]
     op = e.prefetcher.ongoing["r"]  # type: ignore[attr-defined]
     op.completed_tokens = op.hit_tokens  # KV landed, completion ack not yet drained
     e.s.clock.advance(1000.0)  # type: ignore[attr-defined]
-    assert e.try_admit("r") is None  # type: ignore[attr-defined]
-    assert e.s.counters.snapshot()["timeout"] == 0  # type: ignore[attr-defined]
-    op.completed_tokens = 0
-    e.s.runner.run_all()  # type: ignore[attr-defined]
     r = e.try_admit("r")  # type: ignore[attr-defined]
-    assert r is not None and r.storage_hit == 64
+    assert r is not None and r.storage_hit == 64 and r.computed == 0
+    snap = e.s.counters.snapshot()  # type: ignore[attr-defined]
+    assert snap[lc.HIT] == 64 and snap[lc.PREFETCHED] == 64
+    assert sum(snap[lc.UNFULFILLED].values()) == 0
+    e.s.runner.run_all()  # type: ignore[attr-defined]
 
 
 def test_timeout_quarantines_slots_of_a_read_in_flight() -> None:

@@ -70,7 +70,7 @@ def test_retries_are_capped_then_the_request_is_admitted(attempts: int) -> None:
         e.s.runner.run_all()  # type: ignore[attr-defined]
     assert served is not None and served.computed == 32
     assert e.prefetcher.retries.reissued_total == attempts
-    assert e.s.counters.snapshot()[Abort.BELOW_THRESHOLD.value] == attempts + 1
+    assert e.s.counters.causes()[Abort.BELOW_THRESHOLD.value] == attempts + 1
 
 
 def test_queue_head_never_waits_on_a_retry() -> None:
@@ -82,10 +82,10 @@ def test_queue_head_never_waits_on_a_retry() -> None:
 
 def test_pending_retry_makes_a_new_prefetch_exit_early() -> None:
     e = _miss_then_armed(_cfg(), new_store())
-    before = e.s.counters.snapshot()  # type: ignore[attr-defined]
+    before = e.s.counters.causes()  # type: ignore[attr-defined]
     m = e.s.tree.match_prefix(TOKS)  # type: ignore[attr-defined]
     assert e.prefetcher.prefetch_from_storage("r", m.last_host_node, m.storage_span) is False  # type: ignore[attr-defined]
-    assert e.s.counters.snapshot() == before and "r" not in e.prefetcher.ongoing  # type: ignore[attr-defined]
+    assert e.s.counters.causes() == before and "r" not in e.prefetcher.ongoing  # type: ignore[attr-defined]
 
 
 def test_capacity_abort_arms_a_retry_that_runs_once_capacity_frees() -> None:

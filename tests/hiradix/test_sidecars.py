@@ -8,6 +8,7 @@ import pytest
 from hiradix_helpers import SWA_WINDOW, Flaky, make_engine, make_storage, new_store, settle, warm
 
 from hicache_sdk.hiradix import Abort, ReadPathConfig, Sidecar
+from hicache_sdk.metrics import lifecycle as lc
 from hicache_sdk.spec import PoolHitPolicy
 
 PS = 4
@@ -38,7 +39,7 @@ def test_hybrid_round_trip_commits_kv_and_sidecar_states() -> None:
     assert "mamba" in nodes[-1].side and all("mamba" not in n.side for n in nodes[:-1])
     assert [("swa" in n.side) for n in nodes[-SWA_WINDOW - 1 :]] == [False] + [True] * SWA_WINDOW
     assert e.verify_sidecars()  # indexer pages at the KV slots, trailing states at their own
-    assert e.s.counters.snapshot()[Abort.SIDECAR_MISS.value] == 0
+    assert e.s.counters.causes()[Abort.SIDECAR_MISS.value] == 0
 
 
 def test_sidecar_miss_discards_the_whole_prefetch() -> None:
@@ -78,7 +79,7 @@ def test_kv_derived_sidecar_clamps_the_chunk_hit() -> None:
     e.submit("r", TOKS)
     r = settle(e, "r")
     assert r.storage_hit == 5 * PS and r.computed == 48 - 5 * PS  # clamped, not discarded
-    assert e.s.counters.snapshot()[Abort.SIDECAR_MISS.value] == 0
+    assert e.s.counters.causes()[Abort.SIDECAR_MISS.value] == 0
     assert e.verify(r.nodes) and e.verify_sidecars()
 
 
@@ -132,7 +133,11 @@ def test_sidecar_staging_shortfall_revokes_and_frees_the_kv() -> None:
     e.s.runner.run_all()  # type: ignore[attr-defined]
     e.prefetcher.drain()
     assert "r" not in e.prefetcher.ongoing and e.s.host.available_size() == host_free
-    assert e.explain("r")["why_not"] == [Abort.HOST_POOL_FULL.value]
+    ex = e.explain("r")
+    assert ex["why_not"] == [Abort.AUX_ALLOC_FAILED.value]
+    # SGLang's counting: the aux pool's tokens, the whole hit unfulfilled and deferred
+    assert ex["unfulfilled_tokens"] == {"host_capacity": 48} and ex["deferred_tokens"] == {"host_capacity": 48}
+    assert e.s.counters.snapshot()[lc.AUX_ALLOC_FAILED] == 1  # one Mamba state (window 1, 1 slot)
     assert e.prefetcher.tokens_occupied == 0 and all(n.host_lock_ref == 0 for n in e.s.tree.walk())
     pool.free(grab)
 
@@ -195,4 +200,4 @@ def test_partial_host_allocation_ends_on_a_restorable_endpoint() -> None:
     assert op.endpoints == [8, 12] and op.hit_tokens == 8 * PS
     assert e.s.host.available_size() == free - 8 * PS  # the 3 pages past the endpoint were freed
     r = settle(e, "r")
-    assert r.storage_hit == 8 * PS and e.s.counters.snapshot()[Abort.SIDECAR_MISS.value] == 0
+    assert r.storage_hit == 8 * PS and e.s.counters.causes()[Abort.SIDECAR_MISS.value] == 0

@@ -22,10 +22,10 @@ def test_prefetch_threshold_before_query(page_size: int, threshold: int, delta: 
     e.submit("r", toks)
     r = settle(e, "r")
     if n < eff:
-        assert e.s.counters.snapshot()[Abort.BELOW_THRESHOLD.value] == 1
+        assert e.s.counters.causes()[Abort.BELOW_THRESHOLD.value] == 1
         assert r.storage_hit == 0 and r.computed == n
     else:
-        assert e.s.counters.snapshot()[Abort.BELOW_THRESHOLD.value] == 0
+        assert e.s.counters.causes()[Abort.BELOW_THRESHOLD.value] == 0
         assert r.storage_hit == n and r.computed == 0
     assert e.verify(r.nodes)
 
@@ -43,7 +43,7 @@ def test_prefetch_threshold_after_query(page_size: int, delta: int) -> None:
     e = make_engine(cfg, store)
     e.submit("r", toks)
     r = settle(e, "r")
-    below = e.s.counters.snapshot()[Abort.BELOW_THRESHOLD.value]
+    below = e.s.counters.causes()[Abort.BELOW_THRESHOLD.value]
     assert (below, r.storage_hit) == ((1, 0) if stored < eff else (0, stored))
     assert e.explain("r")["in_l3"] == {"answer": True, "tokens": stored, "candidate_tokens": len(toks)}
     assert e.verify(r.nodes)
@@ -65,7 +65,7 @@ def test_load_back_threshold(page_size: int, delta: int) -> None:
     got = load_back(e.s, last, None, "lb")
     assert got == (0 if n < 8 else n)
     assert all(x.on_device for x in r.nodes) == (n >= 8)
-    assert e.s.counters.snapshot()[Abort.BELOW_LOAD_BACK_THRESHOLD.value] == (1 if n < 8 else 0)
+    assert e.s.counters.causes()[Abort.BELOW_LOAD_BACK_THRESHOLD.value] == (1 if n < 8 else 0)
     assert all(x.lock_ref == 0 and x.host_lock_ref == 0 for x in e.s.tree.walk())
 
 
@@ -80,7 +80,7 @@ def test_load_back_quota(delta: int) -> None:
     e.s.evict_device(16)
     got = load_back(e.s, r.nodes[-1], 16 + delta * 4, "q")
     assert got == (0 if delta < 0 else 16)
-    assert e.s.counters.snapshot()[Abort.OVER_QUOTA.value] == (1 if delta < 0 else 0)
+    assert e.s.counters.causes()[Abort.OVER_QUOTA.value] == (1 if delta < 0 else 0)
 
 
 def test_load_back_copy_failure_commits_nothing() -> None:
@@ -107,7 +107,7 @@ def test_capacity_limit() -> None:
     assert limit == int(0.5 * e.s.host.size)
     e.submit("a", list(range(limit + 4)))  # reaches the limit (no query has run yet)
     e.submit("b", list(range(100, 100 + 8)))
-    assert e.s.counters.snapshot()[Abort.CAPACITY.value] == 1
+    assert e.s.counters.causes()[Abort.CAPACITY.value] == 1
     assert e.explain("b")["why_not"] == ["capacity"]
 
 
