@@ -65,6 +65,8 @@ def case_label(doc: dict[str, Any]) -> str:
 def _rounds(doc: dict[str, Any], first: str, label: str) -> str:
     a = doc["results"][first]["samples_s"]
     b = doc["results"][label]["samples_s"]
+    if len(a) > 12:  # per-request samples, not rounds: the run file has them
+        return f"({len(a)} samples)"
     return " ".join(f"{y / x:.2f}" if x else "-" for x, y in zip(a, b))
 
 
@@ -77,9 +79,12 @@ def run_table(run: dict[str, Any]) -> str:
     ]
     if run.get("notes"):
         lines += [run["notes"], ""]
+    # a result may carry "counts" (named figures beside the times): one more column
+    counted = any("counts" in r for doc in run["results"] for r in doc["results"].values())
     lines += [
-        "| case | variant | median ms | GB/s | ours vs this | every round |",
-        "|---|---|---:|---:|---:|---|",
+        "| case | variant | median ms | GB/s | ours vs this | every round |"
+        + (" counts |" if counted else ""),
+        "|---|---|---:|---:|---:|---|" + ("---|" if counted else ""),
     ]
     for doc in run["results"]:
         labels = list(doc["results"])
@@ -91,7 +96,10 @@ def run_table(run: dict[str, Any]) -> str:
             rounds = "" if i == 0 else _rounds(doc, first, label)
             gbps = f"{r['gbps']:.2f}" if r.get("gbps") else ""
             case = case_label(doc) if i == 0 else ""
-            lines.append(f"| {case} | {label} | {r['median_s'] * 1e3:.3f} | {gbps} | {vs} | {rounds} |")
+            row = f"| {case} | {label} | {r['median_s'] * 1e3:.3f} | {gbps} | {vs} | {rounds} |"
+            if counted:
+                row += " " + ", ".join(f"{k} {v}" for k, v in r.get("counts", {}).items()) + " |"
+            lines.append(row)
     return "\n".join(lines) + "\n"
 
 

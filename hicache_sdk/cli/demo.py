@@ -205,7 +205,9 @@ def _print_summary(runs: list[dict[str, Any]]) -> None:
             print(f"{pad}{label:<14} {_counted(values)}")
             shown.update({k: None for k, v in values.items() if v})
     if shown:
-        print("reasons (tokens; sglang:storage_prefetch_*_tokens_total, hicache_prefetch_declined_tokens_total):")
+        print(
+            "reasons (tokens; sglang:storage_prefetch_*_tokens_total, hicache_prefetch_declined_tokens_total):"
+        )
         for k in shown:
             print(f"  {k}: {lc.REASON_TEXT.get(k, k)}")
 

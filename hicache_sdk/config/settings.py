@@ -200,6 +200,8 @@ class BackendConfig:
     * ``exists_cache_ttl_s`` [0, 0..10^9 s or -1]: positive existence answers are remembered
       this long (``0`` off, ``-1`` forever); see ``docs/transport-kit.md``.
     * ``checksum`` [False]: store and verify a payload checksum (default scheme only).
+    * ``negative_cache_ttl_s`` [0, 0..3600 s]: objects the store reports present but whose
+      read failed are answered absent this long (``0`` off); see ``docs/transport-kit.md``.
     """
 
     env_prefix: ClassVar[str] = ""
@@ -216,6 +218,7 @@ class BackendConfig:
     staging_bytes: int = setting(256 << 20, ge=0, le=1 << 40, unit="bytes")
     exists_cache_ttl_s: float = setting(0.0, ge=0, le=1e9, allow=(-1,), unit="seconds")
     checksum: bool = False
+    negative_cache_ttl_s: float = setting(0.0, ge=0, le=3600, unit="seconds")
 
     @classmethod
     def from_mapping(

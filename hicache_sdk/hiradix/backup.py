@@ -89,7 +89,9 @@ class WritePath:
             idx = s.alloc_host_evicting(len(n.value))
             if idx is None:
                 lost = [m for m in nodes[nodes.index(n) :] if m.value is not None and not m.on_host]
-                s.counters.backup_dropped(len(lost) * s.config.page_size, "host_capacity", Abort.BACKUP_HOST_FULL)
+                s.counters.backup_dropped(
+                    len(lost) * s.config.page_size, "host_capacity", Abort.BACKUP_HOST_FULL
+                )
                 break
             s.dev.store_to_host(n.value, s.host_kv, idx)
             n.host_value = idx
@@ -224,7 +226,9 @@ class WritePath:
             if op.completed_pages < len(op.nodes):
                 self.failed_backups += 1
                 reason, cause = (
-                    ("deadline", Abort.BACKUP_ABANDONED) if op.abandoned else ("storage_transfer", Abort.BACKUP_FAILED)
+                    ("deadline", Abort.BACKUP_ABANDONED)
+                    if op.abandoned
+                    else ("storage_transfer", Abort.BACKUP_FAILED)
                 )
                 self.s.counters.backup_dropped((len(op.nodes) - op.completed_pages) * ps, reason, cause)
         for op in late + acks:

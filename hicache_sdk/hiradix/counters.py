@@ -139,7 +139,9 @@ class Counters:
             return {r.value: self.aborts.get(r.value, 0) for r in Abort}
 
     # -- SGLang's storage-hit lifecycle ---------------------------------------------------
-    def _event(self, req_id: str, metric: str, reason: str, tokens: int, cause: Abort | None, **n: int) -> None:
+    def _event(
+        self, req_id: str, metric: str, reason: str, tokens: int, cause: Abort | None, **n: int
+    ) -> None:
         self._tokens[(_METRIC[metric], reason)] += tokens
         self._trace(req_id).events.append(
             Event(metric, reason, tokens, None if cause is None else cause.value, dict(n))

@@ -169,7 +169,12 @@ class Prefetcher(PrefetchIO):
                 # cut to what the host pool could stage (0.5.23's partial allocation)
                 c.abort(req, Abort.HOST_POOL_SHORT)
                 c.resolve(
-                    req, hit - len(idx), "host_capacity", Abort.HOST_POOL_SHORT, hit_tokens=hit, kept_tokens=len(idx)
+                    req,
+                    hit - len(idx),
+                    "host_capacity",
+                    Abort.HOST_POOL_SHORT,
+                    hit_tokens=hit,
+                    kept_tokens=len(idx),
                 )
             op.hit_tokens = len(idx)
             op.hashes = op.hashes[: len(idx) // ps]
@@ -286,7 +291,9 @@ class Prefetcher(PrefetchIO):
         c = self.s.counters
         c.abort(op.req_id, cause)
         reason = "deadline" if op.deadline_expired else "storage_transfer"
-        c.finish(op.req_id, 0, reason, cause, hit_tokens=op.hit_tokens or 0, completed_tokens=op.completed_tokens)
+        c.finish(
+            op.req_id, 0, reason, cause, hit_tokens=op.hit_tokens or 0, completed_tokens=op.completed_tokens
+        )
         return False
 
     def _finish(self, op: PrefetchOp, insert: bool = True) -> None:
@@ -317,7 +324,9 @@ class Prefetcher(PrefetchIO):
             if cause is not Abort.TIMEOUT:  # the timeout was recorded at the gate
                 s.counters.abort(op.req_id, cause)
             reason = "deadline" if op.deadline_expired else "storage_transfer"
-            s.counters.resolve(op.req_id, staged - done, reason, cause, hit_tokens=staged, completed_tokens=done)
+            s.counters.resolve(
+                op.req_id, staged - done, reason, cause, hit_tokens=staged, completed_tokens=done
+            )
         s.counters.prefetched(done)
         loaded = 0
         new_nodes: list[TreeNode] = []

@@ -6,6 +6,8 @@
 * :mod:`.fanout` -- :class:`FanOut`, a bounded thread fan-out of one batch;
 * :mod:`.existence` -- :class:`CachedExistence`, the positive-lookup cache with explicit
   invalidation;
+* :mod:`.negative` -- :class:`NegativeCache`, objects reported present whose read failed,
+  answered absent for a short TTL;
 * :mod:`.batches` -- :func:`first_occurrences` (a name given twice: the first copy wins);
 * :mod:`.cancel` -- :class:`CancelToken`, for cancellable (zero-copy with deadlines) transports.
 
@@ -21,6 +23,7 @@ from .batches import first_occurrences
 from .cancel import CancelToken
 from .existence import CachedExistence
 from .fanout import FanOut
+from .negative import NegativeCache
 from .segments import coalesce, copy_runs, gather, memoryviews, scatter, total_bytes
 
 __all__ = [
@@ -28,6 +31,7 @@ __all__ = [
     "CancelToken",
     "FailureReasons",
     "FanOut",
+    "NegativeCache",
     "coalesce",
     "first_occurrences",
     "copy_runs",

@@ -18,10 +18,25 @@ I/O path pays nothing. Families (labels ``backend``, ``rank`` on every sample):
 * ``hicache_gauge``, label ``name``: the numeric gauges (``staging_bytes_in_use`` ...).
 
 ``rank`` is :func:`rank_label` of the backend's ``HiCacheStorageConfig`` (``"tp0"``, with
-``-pp<k>``/``-dp<k>`` when those are set). Use::
+``-pp<k>``/``-dp<k>`` when those are set).
+
+The reference read path's lifecycle counters (:class:`hicache_sdk.hiradix.Counters`, added
+with :meth:`PrometheusExporter.add_read_path`) are exported under **SGLang 0.5.23's own
+names and labels** (:mod:`hicache_sdk.metrics.lifecycle`): ``sglang:prefetched_tokens_total``,
+``sglang:backuped_tokens_total``, ``sglang:storage_prefetch_hit_tokens_total``,
+``sglang:storage_prefetch_unfulfilled_tokens_total{reason}``,
+``sglang:storage_prefetch_deferred_tokens_total{reason}``,
+``sglang:hicache_backup_dropped_tokens_total`` and
+``sglang:hicache_prefetch_aux_alloc_failed_tokens_total``, each with SGLang's storage labels
+(``storage_backend``, ``tp_rank``, ``dp_rank``, ``pp_rank``, ``pp_size``, ``attn_cp_rank``,
+``attn_cp_size``) and every reason present (at 0 until counted), so a dashboard built for
+SGLang works unchanged; plus two families of ours with the same labels:
+``hicache_prefetch_declined_tokens_total{reason}`` and
+``hicache_backup_dropped_tokens_by_reason_total{reason}``. Use::
 
     exp = serve(9400)                      # one HTTP server per (addr, port) per process
     exp.add(backend.metrics, backend="redis", rank="tp0")
+    exp.add_read_path(state.counters, storage_labels(storage_config, "redis"))
     ...
     exp.remove(backend.metrics)
 
@@ -36,9 +51,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from .._extras import require
+from . import lifecycle as lc
 from .backend import LATENCY_BUCKETS_S, Metrics
 
-__all__ = ["BREAKER_STATES", "PrometheusExporter", "rank_label", "serve", "stop_all"]
+__all__ = ["BREAKER_STATES", "PrometheusExporter", "rank_label", "serve", "stop_all", "storage_labels"]
+
+storage_labels = lc.storage_labels
 
 BREAKER_STATES = ("closed", "open", "half_open")
 _LABELS = ["backend", "rank"]
@@ -55,6 +73,19 @@ def rank_label(storage_config: Any) -> str:
     if dp > 0:
         label += f"-dp{dp}"
     return label
+
+
+_HELP = {
+    lc.PREFETCHED: "Tokens transferred from L3 storage into host memory",
+    lc.BACKUPED: "Tokens of completed host-to-L3 backups",
+    lc.HIT: "Storage-hit tokens returned by an L3 query (rank-agreed), before host allocation",
+    lc.UNFULFILLED: "Storage-hit tokens that did not become a usable prefetch result, by reason",
+    lc.DEFERRED: "Storage-hit tokens deferred for a later retry, by transient capacity reason",
+    lc.BACKUP_DROPPED: "Backup tokens that never reached L3",
+    lc.AUX_ALLOC_FAILED: "Prefetch tokens abandoned because an aux pool could not allocate host staging",
+    lc.DECLINED: "Candidate tokens of prefetches not attempted (no L3 query), by reason",
+    lc.BACKUP_DROPPED_BY_REASON: "Backup tokens that never reached L3, by reason",
+}
 
 
 def _le(bound: float) -> str:
@@ -75,6 +106,7 @@ class PrometheusExporter:
         self.registry = registry if registry is not None else pc.CollectorRegistry(auto_describe=False)
         self._lock = threading.Lock()
         self._sources: dict[int, tuple[Metrics, dict[str, str]]] = {}
+        self._read_paths: dict[int, tuple[Any, dict[str, str]]] = {}
         self._server: Any = None
         self._thread: Any = None
         self.registry.register(self)
@@ -92,7 +124,24 @@ class PrometheusExporter:
 
     def sources(self) -> int:
         with self._lock:
-            return len(self._sources)
+            return len(self._sources) + len(self._read_paths)
+
+    def add_read_path(self, counters: Any, labels: dict[str, str]) -> None:
+        """Export a read path's lifecycle counters (anything whose ``snapshot()`` has the
+        shape of :meth:`hicache_sdk.hiradix.Counters.snapshot`) under SGLang's names, with
+        ``labels``: exactly SGLang's storage labels (build them with :func:`storage_labels`;
+        ``ValueError`` naming the difference otherwise). Re-adding replaces."""
+        if set(labels) != set(lc.STORAGE_LABELS):
+            missing = sorted(set(lc.STORAGE_LABELS) - set(labels))
+            extra = sorted(set(labels) - set(lc.STORAGE_LABELS))
+            raise ValueError(f"labels must be SGLang's storage labels: missing {missing}, unexpected {extra}")
+        with self._lock:
+            self._read_paths[id(counters)] = (counters, {k: str(labels[k]) for k in lc.STORAGE_LABELS})
+
+    def remove_read_path(self, counters: Any) -> None:
+        """Stop exporting ``counters`` (a no-op when it was not added)."""
+        with self._lock:
+            self._read_paths.pop(id(counters), None)
 
     # -- prometheus_client collector protocol ----------------------------------------------
     def describe(self) -> list[Any]:
@@ -145,6 +194,33 @@ class PrometheusExporter:
         yield latency
         yield from fams.values()
         yield from (errors, breaker, events, gauges)
+        with self._lock:
+            read_paths = list(self._read_paths.values())
+        if read_paths:
+            yield from self._collect_read_paths(read_paths)
+
+    def _collect_read_paths(self, read_paths: list[tuple[Any, dict[str, str]]]) -> Iterator[Any]:
+        core = self._core
+        names = list(lc.STORAGE_LABELS)
+        families: list[tuple[str, str | None, tuple[str, ...]]] = [
+            (name, label, lc.UNFULFILLED_REASONS if name == lc.UNFULFILLED else lc.DEFERRED_REASONS)
+            for name, label in lc.SGLANG_FAMILIES
+        ]
+        families += [(lc.DECLINED, "reason", lc.DECLINED_REASONS)]
+        families += [(lc.BACKUP_DROPPED_BY_REASON, "reason", lc.BACKUP_DROPPED_REASONS)]
+        snaps = [(c.snapshot(), [labels[k] for k in names]) for c, labels in read_paths]
+        for name, label, reasons in families:
+            fam = core.CounterMetricFamily(
+                name.removesuffix("_total"), _HELP[name], labels=names + ([label] if label else [])
+            )
+            for snap, base in snaps:
+                value = snap.get(name, 0)
+                if label is None:
+                    fam.add_metric(base, float(value))
+                else:
+                    for reason in reasons:
+                        fam.add_metric([*base, reason], float(value.get(reason, 0)))
+            yield fam
 
     # -- HTTP ------------------------------------------------------------------------------
     def text(self) -> str:

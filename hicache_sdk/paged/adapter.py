@@ -148,6 +148,12 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
 
             inner = CachedExistence(inner, ttl)
         self.transport: Transport = wrap_transport(inner, self.config, self.metrics)
+        if getattr(self.config, "negative_cache_ttl_s", 0):  # outermost: an abandoned read counts at once
+            from ..kit.negative import NegativeCache
+
+            self.transport = NegativeCache(
+                self.transport, self.config.negative_cache_ttl_s, metrics=self.metrics
+            )
         self._registered_memory: set[tuple[int, int]] = set()
         self._max_segments = max(1, int(self.transport.max_segments))
         self._engine = ObjectEngine(self.transport, self.metrics, checksum=bool(self.config.checksum))

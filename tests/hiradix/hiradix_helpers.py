@@ -20,6 +20,7 @@ from hicache_sdk.hiradix import (
     VirtualClock,
 )
 from hicache_sdk.hostpool import IndexerHostPool, MambaHostPool, MHAHostPool, SWAHostPool
+from hicache_sdk.memory import MemoryTransport
 from hicache_sdk.spec import PoolHitPolicy
 
 _stores = itertools.count()
@@ -204,3 +205,46 @@ def warm(cfg: ReadPathConfig, store: str, tokens: list[int], sidecars: tuple[str
     settle(e, "warm")
     e.s.runner.run_all()  # type: ignore[attr-defined]
     e.writer.drain()
+
+
+class StaleTransport(MemoryTransport):
+    """The memory transport with *stale* objects (sgl-project/sglang#31315): ``exists``
+    reports them present, and a read that touches one waits ``stall_s`` (or until
+    ``release`` is set) and fails for it. ``stale_reads`` records each such read's start
+    time (``time.monotonic``)."""
+
+    def __init__(self, store: str = "default", capacity_bytes: int = 0) -> None:
+        super().__init__(store, capacity_bytes)
+        self.stale: set[str] = set()
+        self.stall_s = 5.0
+        self.release = threading.Event()
+        self.stale_reads: list[float] = []
+        self._rlock = threading.Lock()
+
+    def read(self, keys: Any, buffers: Any) -> list[bool]:
+        hit = [k in self.stale for k in keys]
+        if any(hit):
+            with self._rlock:
+                self.stale_reads.append(time.monotonic())
+            self.release.wait(self.stall_s)
+        res = super().read(keys, buffers)
+        return [ok and not bad for ok, bad in zip(res, hit)]
+
+    def make_stale(self, page_hash: str) -> str:
+        """Mark the one object of ``page_hash`` stale; its name."""
+        names = [n for n in list(self._store.objects) if page_hash in n]
+        assert len(names) == 1, names
+        self.stale.add(names[0])
+        return names[0]
+
+
+class StaleStorage(MemoryStorage):
+    """The ``memory`` backend over a :class:`StaleTransport` (``storage.raw_transport``)."""
+
+    def create_transport(self, config: Any) -> Any:
+        return StaleTransport(store=config.store, capacity_bytes=config.capacity_bytes)
+
+
+def make_stale_storage(store: str, **extra: Any) -> StaleStorage:
+    cfg = {"store": store, "exists_timeout_s": 10.0, "transfer_timeout_s": 10.0, **extra}
+    return StaleStorage(HiCacheStorageConfig(model_name="m", extra_config=cfg), {})

@@ -136,7 +136,9 @@ def test_sidecar_staging_shortfall_revokes_and_frees_the_kv() -> None:
     ex = e.explain("r")
     assert ex["why_not"] == [Abort.AUX_ALLOC_FAILED.value]
     # SGLang's counting: the aux pool's tokens, the whole hit unfulfilled and deferred
-    assert ex["unfulfilled_tokens"] == {"host_capacity": 48} and ex["deferred_tokens"] == {"host_capacity": 48}
+    assert ex["unfulfilled_tokens"] == {"host_capacity": 48} and ex["deferred_tokens"] == {
+        "host_capacity": 48
+    }
     assert e.s.counters.snapshot()[lc.AUX_ALLOC_FAILED] == 1  # one Mamba state (window 1, 1 slot)
     assert e.prefetcher.tokens_occupied == 0 and all(n.host_lock_ref == 0 for n in e.s.tree.walk())
     pool.free(grab)

@@ -47,6 +47,7 @@ collect_ignore = (
         "test_sglang_result_types.py",
         "test_compat_matrix_small.py",
         "defects",
+        "test_sglang_metric_names.py",
     ]
 )
 
