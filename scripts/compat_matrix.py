@@ -4,7 +4,7 @@
 library or server, built the way SGLang builds it (``StorageBackendFactory`` with SGLang's
 default configuration); on our four backends through SGLang's ``dynamic`` backend; and a
 construction check of the outside backends published on the package index. Writes
-``docs/results/compatibility.json`` (the run) and ``docs/compatibility.md`` (generated from
+``docs/compatibility.json`` (the run) and ``docs/compatibility.md`` (generated from
 it and from ``scripts/compat/findings.py``, the classification of every failure).
 
 Run it with ``tox -e matrix`` (which installs everything), or inside that environment::
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPAT = ROOT / "scripts" / "compat"
 sys.path.insert(0, str(COMPAT))
 
-RESULTS = ROOT / "docs" / "results" / "compatibility.json"
+RESULTS = ROOT / "docs" / "compatibility.json"
 DOC = ROOT / "docs" / "compatibility.md"
 #: Per-row wall-clock limit of the suite run (the whole matrix fits in 20 minutes).
 ROW_TIMEOUT_S = 420
