@@ -25,6 +25,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import sys
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["OPENAT2", "Beneath"]
@@ -35,6 +37,7 @@ _SYS_OPENAT2 = 437  # the same number on every Linux architecture (asm-generic, 
 _O_PATH: int = getattr(os, "O_PATH", 0)
 #: Flags of the directory descriptors the walk holds (usable as ``dir_fd`` of ``*at``).
 _DIR_FLAGS = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | (_O_PATH or os.O_RDONLY)
+_FS_ENCODING = (sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())  # os.fsencode's
 #: Flags of a directory opened to be listed or fsynced (``O_PATH`` cannot do either).
 _DIR_READ_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -45,39 +48,47 @@ class _OpenHow(ctypes.Structure):
 
 _syscall: Any = None
 try:
+    # Our own CDLL instance, so the argument types set here bind no one else's ``syscall``.
+    # Declared argument types let ctypes convert plain ints and bytes itself (no wrapper
+    # objects per call); ``syscall(2)`` is variadic, and on Linux's ABIs these integer and
+    # pointer arguments travel exactly as for a fixed-argument function.
     _syscall = ctypes.CDLL(None, use_errno=True).syscall
     _syscall.restype = ctypes.c_long
+    _syscall.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
 except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
     _syscall = None
+
+_HOW_SIZE = ctypes.sizeof(_OpenHow)
+#: One immutable ``open_how`` per (flags, mode), kept alive here: a call passes its address.
+_HOWS: dict[tuple[int, int], tuple[_OpenHow, int]] = {}
+
+
+def _how(flags: int, mode: int) -> int:
+    """The address of the ``open_how`` for ``flags`` / ``mode`` (made once, never freed:
+    the backend uses a handful of flag combinations)."""
+    key = (flags, mode if flags & os.O_CREAT else 0)
+    hit = _HOWS.get(key)
+    if hit is None:
+        how = _OpenHow(key[0], key[1], _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)
+        hit = _HOWS.setdefault(key, (how, ctypes.addressof(how)))
+    return hit[1]
 
 
 def _openat2(dir_fd: int, path: str, flags: int, mode: int = 0) -> int:
     """``openat2(dir_fd, path, {flags, mode, BENEATH | NO_SYMLINKS})``; ``OSError`` on
-    failure. ``EAGAIN`` (a concurrent rename seen during the resolution) is retried."""
-    how = _OpenHow(flags, mode if flags & os.O_CREAT else 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)
-    raw = os.fsencode(path)
+    failure. ``EAGAIN`` (a concurrent rename seen during the resolution) and ``EINTR``
+    are retried."""
+    how = _how(flags, mode)
+    raw = path.encode(*_FS_ENCODING)
+    err = errno.EAGAIN
     for _ in range(8):
-        fd = int(
-            _syscall(
-                ctypes.c_long(_SYS_OPENAT2),
-                ctypes.c_int(dir_fd),
-                ctypes.c_char_p(raw),
-                ctypes.byref(how),
-                ctypes.c_size_t(ctypes.sizeof(how)),
-            )
-        )
+        fd = int(_syscall(_SYS_OPENAT2, dir_fd, raw, how, _HOW_SIZE))
         if fd >= 0:
             return fd
         err = ctypes.get_errno()
         if err not in (errno.EAGAIN, errno.EINTR):
             break
     raise OSError(err, os.strerror(err), path)
-
-
-try:  # the same call in C, without the ctypes overhead (optional, see pyproject.toml)
-    from ._fastfs import openat2 as _c_openat2
-except ImportError:  # pragma: no cover - depends on the build
-    _c_openat2 = None
 
 
 def _probe() -> bool:
@@ -119,8 +130,6 @@ class Beneath:
         if "/" not in rel:
             return os.open(rel, flags, mode, dir_fd=self.root_fd)
         if self.openat2:
-            if _c_openat2 is not None:
-                return int(_c_openat2(self.root_fd, rel, flags, mode))
             return _openat2(self.root_fd, rel, flags, mode)
         head, _, base = rel.rpartition("/")
         pfd = self._walk(head, _DIR_FLAGS)
@@ -128,6 +137,30 @@ class Beneath:
             return os.open(base, flags, mode, dir_fd=pfd)
         finally:
             os.close(pfd)
+
+    def opener(self, flags: int) -> Callable[[str], int]:
+        """A function that opens a validated name with ``flags`` exactly as :meth:`open`
+        does, made once per batch for a hot loop: with ``openat2`` it is one system call
+        through ctypes with the ``open_how`` prepared here (no per-call wrapper objects)."""
+        flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+        root, open_ = self.root_fd, os.open
+        if not self.openat2:
+            slow = self.open
+            return lambda rel: slow(rel, flags)
+        call, how, size, (enc, errs) = _syscall, _how(flags, 0), _HOW_SIZE, _FS_ENCODING
+
+        def open_beneath(rel: str) -> int:
+            if "/" not in rel:
+                return open_(rel, flags, dir_fd=root)
+            fd: int = call(_SYS_OPENAT2, root, rel.encode(enc, errs), how, size)
+            if fd >= 0:
+                return fd
+            err = ctypes.get_errno()
+            if err in (errno.EAGAIN, errno.EINTR):
+                return _openat2(root, rel, flags)
+            raise OSError(err, os.strerror(err), rel)
+
+        return open_beneath
 
     def open_dir(self, rel: str, readable: bool = False) -> int:
         """A new descriptor of directory ``rel`` (``""``: the root itself). Without

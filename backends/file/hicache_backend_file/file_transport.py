@@ -50,11 +50,6 @@ from hicache_sdk.capabilities import Capabilities
 from hicache_sdk.kit import FanOut
 from hicache_sdk.transport import Transport
 
-try:  # the C loop of exists; optional (see pyproject.toml)
-    from . import _fastfs
-except ImportError:  # pragma: no cover - depends on the build
-    _fastfs = None  # type: ignore[assignment]
-
 from .base import reason_of
 from .beneath import Beneath
 from .capacity import CapacityLedger
@@ -67,6 +62,18 @@ from .writes import WritePath
 __all__ = ["FileTransport"]
 
 log = logging.getLogger(__name__)
+
+#: The most directory descriptors one ``exists`` call holds (the default scheme spreads a
+#: pool's pages over 256 fan-out directories).
+_MAX_DIRS = 1024
+
+
+def _close_dirs(dirs: dict[str, int | OSError]) -> None:
+    """Close the descriptors of ``dirs`` and empty it."""
+    for fd in dirs.values():
+        if type(fd) is int:
+            os.close(fd)
+    dirs.clear()
 
 
 def _is_read_only(root_fd: int) -> bool:
@@ -174,32 +181,47 @@ class FileTransport(ReadPath, WritePath, Transport):
         return self._stat_sizes(keys)
 
     def _stat_sizes(self, keys: Sequence[str]) -> list[int | None]:
-        """:meth:`_stat_size` for many names: the C loop of :mod:`._fastfs` when it was
-        compiled (no ``stat_result`` per name, no GIL during the ``fstatat`` calls), else
-        one tight Python loop. Same answers either way; neither follows a symlink on any
-        component of a name."""
-        if _fastfs is not None:
-            sizes, errors = _fastfs.stat_sizes(self._root_fd, keys, self._fs.openat2)
-            for _i, err in errors:
-                self._count(reason_of(OSError(err, os.strerror(err))))
-            return sizes
-        return self._stat_sizes_py(keys)
-
-    def _stat_sizes_py(self, keys: Sequence[str]) -> list[int | None]:
+        """:meth:`_stat_size` for many names in one loop: ``fstatat`` of each name's last
+        component (``AT_SYMLINK_NOFOLLOW``) relative to its directory, which is resolved
+        beneath the root with no symlink followed (:meth:`.Beneath.open_dir`) once per
+        call and shared by every name in it. Absence (``ENOENT``, ``ENOTDIR``, on the
+        name or its directory) is ``None`` uncounted; any other failure is ``None`` and
+        counted."""
         out: list[int | None] = []
         append = out.append
-        stat_, fd, isreg, beneath = os.stat, self._root_fd, stat.S_ISREG, self._fs.stat
-        for k in keys:
-            try:
-                st = beneath(k) if "/" in k else stat_(k, dir_fd=fd, follow_symlinks=False)
-            except (FileNotFoundError, NotADirectoryError):
-                append(None)
-                continue
-            except OSError as e:
-                self._count(reason_of(e))
-                append(None)
-                continue
-            append(st.st_size if isreg(st.st_mode) else None)
+        stat_, isreg, root = os.stat, stat.S_ISREG, self._root_fd
+        dirs: dict[str, int | OSError] = {}  # directory -> descriptor, or why it failed
+        try:
+            for k in keys:
+                head, _, base = k.rpartition("/")
+                if head:
+                    pfd = dirs.get(head)
+                    if pfd is None:
+                        if len(dirs) >= _MAX_DIRS:
+                            _close_dirs(dirs)
+                        try:
+                            pfd = dirs[head] = self._fs.open_dir(head)
+                        except OSError as e:
+                            pfd = dirs[head] = e
+                    if isinstance(pfd, OSError):
+                        if not isinstance(pfd, (FileNotFoundError, NotADirectoryError)):
+                            self._count(reason_of(pfd))
+                        append(None)
+                        continue
+                else:
+                    pfd = root
+                try:
+                    st = stat_(base, dir_fd=pfd, follow_symlinks=False)
+                except (FileNotFoundError, NotADirectoryError):
+                    append(None)
+                    continue
+                except OSError as e:
+                    self._count(reason_of(e))
+                    append(None)
+                    continue
+                append(st.st_size if isreg(st.st_mode) else None)
+        finally:
+            _close_dirs(dirs)
         return out
 
     # ------------------------------------------------------------------ delete / clear

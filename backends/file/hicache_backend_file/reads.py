@@ -1,8 +1,8 @@
 """The read path of :class:`~.file_transport.FileTransport` (the :class:`ReadPath` mixin).
 
 Two passes (:meth:`ReadPath.read` has the details). Pass 1, in the calling thread (with
-``cold_read_threads > 1``, a batch of at least ``_SPLIT_WARM_AT`` pages is split in half
-with one pool thread): ``open`` and one ``preadv(..., RWF_NOWAIT)`` of the whole page plus
+``cold_read_threads > 1``, a batch of at least ``_SPLIT_WARM_AT`` pages is shared with one
+pool thread, both taking the next pages as they go): ``open`` and one ``preadv(..., RWF_NOWAIT)`` of the whole page plus
 one extra byte; a page the page cache holds whole is done there without ``fstat``. After
 the first page that is not fully cached, the rest of the batch skips the probe (it would
 start readahead that the ``O_DIRECT`` read duplicates). Pass 2, on ``cold_read_threads``
@@ -55,7 +55,7 @@ __all__ = ["ReadPath", "probe_nowait"]
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 _MAX_HELD_FDS = 256  # descriptors pass 1 keeps open for pass 2; beyond, pass 2 reopens
-_SPLIT_WARM_AT = 16  # batches this large run pass 1 on two threads
+_SPLIT_WARM_AT = 16  # batches this large offer pass 1 to a second thread
 _BOUNCE_MAX = 64 * 1024  # largest unaligned tail read through the O_DIRECT bounce buffer
 
 
@@ -214,8 +214,12 @@ class ReadPath(FileBase):
         RWF_NOWAIT)`` of payload, trailer and one extra byte into a sink -- a page the
         page cache holds whole is done (no ``fstat``: a file too long fills the extra
         byte, one too short reads short; a page-multiple size whose extra byte may not be
-        cached is checked with ``fstat``). Pass 2, on ``cold_read_threads``: the rest
-        (``fstat`` checks, then ``O_DIRECT`` / buffered reads on the same descriptor)."""
+        cached is checked with ``fstat``). A batch of ``_SPLIT_WARM_AT`` or more pages
+        offers pass 1 to one pool thread too: both take the next pages from one shared
+        position, so a helper that starts late (a busy machine) only takes what is left
+        and the caller never waits for it to begin. Pass 2, on ``cold_read_threads``: the
+        rest (``fstat`` checks, then ``O_DIRECT`` / buffered reads on the same
+        descriptor)."""
         n = self._check_batch(keys, buffers)
         if self._closed:
             return [False] * n
@@ -229,90 +233,130 @@ class ReadPath(FileBase):
                 out[i] = self._finish_read(keys[i], buffers[i], fd, got)
 
         cold = _ColdPipe(finish, self._cold_pool, self.config.cold_read_threads - 1)
+        batch = _WarmBatch(keys, buffers, out, cold, self._nowait)
         try:
-            half = n // 2 if n >= _SPLIT_WARM_AT and self._cold_pool is not None else n
-            if half < n:
-                # Two threads on pass 1: one thread's Python work per page hides behind the
-                # other's page-cache copy (preadv releases the GIL).
-                assert self._cold_pool is not None
-                fut = self._cold_pool.submit(self._read_warm, keys, buffers, out, cold, half, n)
+            pool = self._cold_pool
+            if n >= _SPLIT_WARM_AT and pool is not None:
+                # One thread's Python work per page hides behind the other's page-cache
+                # copy (preadv releases the GIL).
+                helper = pool.submit(self._read_warm, batch)
                 try:
-                    self._read_warm(keys, buffers, out, cold, 0, half)
+                    self._read_warm(batch)
                 finally:
-                    fut.result()
+                    batch.stop()
+                    if not helper.cancel():  # it started: let it finish the page it holds
+                        helper.result()
             else:
-                self._read_warm(keys, buffers, out, cold, 0, n)
+                self._read_warm(batch)
         finally:
             cold.finish()
         return out
 
-    def _read_warm(
+    def _read_warm(self, batch: _WarmBatch) -> None:
+        """Pass 1 of :meth:`read` (see there) over the pages :meth:`_WarmBatch.claim`
+        hands this thread; what it cannot finish goes to ``batch.cold`` (pass 2, which
+        starts at once)."""
+        open_ = self._fs.opener(_READ_FLAGS)
+        keys, buffers, out, cold = batch.keys, batch.buffers, batch.out, batch.cold
+        sink, fstat, preadv, close = bytearray(1), os.fstat, os.preadv, os.close
+        touch = self.ledger is not None
+        while (span := batch.claim()) is not None:
+            for i in range(*span):
+                name, segs = keys[i], buffers[i]
+                try:
+                    fd = open_(name)
+                except OSError as e:
+                    self._open_failed(name, e)
+                    continue
+                held = False
+                try:
+                    arrays, total = segment_arrays(segs, sink)
+                    if not batch.probe or len(arrays) > IOV_MAX:
+                        held = self._hand_over(batch, i, fd, 0 if batch.cold_seen else None)
+                        continue
+                    try:
+                        got = preadv(fd, arrays, 0, RWF_NOWAIT)
+                    except BlockingIOError:
+                        got = 0
+                    if got == total and (total & (DIO_ALIGN - 1) or fstat(fd).st_size == total):
+                        if touch:
+                            touch_fd(fd)
+                        out[i] = True
+                    elif got > total:  # too long (or not a file): the checks of pass 2 decide
+                        held = True  # _finish_read closes it
+                        out[i] = self._finish_read(name, segs, fd, 0)
+                    else:
+                        # A probe of an uncached file starts the kernel's readahead (up to
+                        # read_ahead_kb: 8 MiB on a virtio disk, a whole large page), which
+                        # the O_DIRECT read would then duplicate: after the first cold page,
+                        # the rest of the batch goes to pass 2 unprobed.
+                        batch.probe, batch.cold_seen = False, True
+                        held = self._hand_over(batch, i, fd, min(got, total))
+                except OSError as e:
+                    if e.errno in (errno.EOPNOTSUPP, errno.EINVAL) and not held:
+                        # Refused for this object only (a directory planted under a page name,
+                        # a file on another file system): pass 2 checks and reads it. Support
+                        # was decided once, at start (probe_nowait); one object never turns
+                        # the fast path off for the others.
+                        cold.append((i, fd, None))
+                        held = True
+                    else:
+                        self._count(reason_of(e))
+                finally:
+                    if not held:
+                        close(fd)
+
+    @staticmethod
+    def _hand_over(batch: _WarmBatch, i: int, fd: int, got: int | None) -> bool:
+        """Give page ``i`` to pass 2 with its open descriptor (``got`` bytes from offset 0
+        already read; ``None``: nothing tried), or without it (pass 2 reopens) once
+        ``_MAX_HELD_FDS`` are held. Returns whether the descriptor was handed over."""
+        if len(batch.cold) < _MAX_HELD_FDS:
+            batch.cold.append((i, fd, got))
+            return True
+        batch.cold.append((i, -1, None))
+        return False
+
+
+class _WarmBatch:
+    """One read's pass 1, shared by the threads running it: the batch, its cold pipe, the
+    next unclaimed position (handed out under a lock, a few pages at a time), and the
+    probe switch (``probe``: try ``RWF_NOWAIT``; off after the first cold page,
+    ``cold_seen``)."""
+
+    __slots__ = ("buffers", "cold", "cold_seen", "keys", "out", "probe", "_lock", "_next", "_n")
+
+    #: Pages claimed at a time: the lock is taken once per this many pages.
+    STEP = 4
+
+    def __init__(
         self,
         keys: Sequence[str],
         buffers: Sequence[Segments],
         out: list[bool],
         cold: _ColdPipe,
-        lo: int,
-        hi: int,
+        probe: bool,
     ) -> None:
-        """Pass 1 of :meth:`read` (see there) over objects ``lo..hi-1``; hands what it
-        could not finish to ``cold`` (pass 2, which starts at once)."""
-        open_, flags, sink = self._fs.open, _READ_FLAGS, bytearray(1)
-        probe = self._nowait
-        cold_seen = False
-        touch = self.ledger is not None
-        for i in range(lo, hi):
-            name, segs = keys[i], buffers[i]
-            try:
-                fd = open_(name, flags)
-            except OSError as e:
-                self._open_failed(name, e)
-                continue
-            held = False
-            try:
-                arrays, total = segment_arrays(segs)
-                if not probe or len(arrays) >= IOV_MAX:
-                    if len(cold) < _MAX_HELD_FDS:
-                        cold.append((i, fd, 0 if cold_seen else None))
-                        held = True
-                    else:
-                        cold.append((i, -1, None))
-                    continue
-                try:
-                    got = os.preadv(fd, [*arrays, sink], 0, RWF_NOWAIT)
-                except BlockingIOError:
-                    got = 0
-                if got == total and (total & (DIO_ALIGN - 1) or os.fstat(fd).st_size == total):
-                    if touch:
-                        touch_fd(fd)
-                    out[i] = True
-                elif got > total:  # too long (or not a file): the checks of pass 2 decide
-                    held = True  # _finish_read closes it
-                    out[i] = self._finish_read(name, segs, fd, 0)
-                else:
-                    # A probe of an uncached file starts the kernel's readahead (up to
-                    # read_ahead_kb: 8 MiB on a virtio disk, a whole large page), which
-                    # the O_DIRECT read would then duplicate: after the first cold page,
-                    # the rest of the batch goes to pass 2 unprobed.
-                    probe, cold_seen = False, True
-                    if len(cold) < _MAX_HELD_FDS:
-                        cold.append((i, fd, min(got, total)))
-                        held = True
-                    else:
-                        cold.append((i, -1, None))
-            except OSError as e:
-                if e.errno in (errno.EOPNOTSUPP, errno.EINVAL) and not held:
-                    # Refused for this object only (a directory planted under a page name,
-                    # a file on another file system): pass 2 checks and reads it. Support
-                    # was decided once, at start (probe_nowait); one object never turns
-                    # the fast path off for the others.
-                    cold.append((i, fd, None))
-                    held = True
-                else:
-                    self._count(reason_of(e))
-            finally:
-                if not held:
-                    os.close(fd)
+        self.keys, self.buffers, self.out, self.cold = keys, buffers, out, cold
+        self.probe, self.cold_seen = probe, False
+        self._lock = threading.Lock()
+        self._next, self._n = 0, len(keys)
+
+    def claim(self) -> tuple[int, int] | None:
+        """The next ``(lo, hi)`` span of pages for the calling thread; ``None`` when none
+        is left."""
+        with self._lock:
+            lo = self._next
+            if lo >= self._n:
+                return None
+            self._next = hi = min(lo + self.STEP, self._n)
+        return lo, hi
+
+    def stop(self) -> None:
+        """Hand out nothing more (the caller's share is done; a helper still running ends
+        after its current span)."""
+        with self._lock:
+            self._next = self._n
 
 
 class _ColdPipe:
@@ -323,7 +367,8 @@ class _ColdPipe:
     is the number of pages handed over and not yet taken (descriptors held for them).
 
     No deadlock with other reads sharing the pool: a worker only waits for the end of its
-    own read's pass 1, whose second half was submitted to the (FIFO) pool before it."""
+    own read's pass 1, which the calling thread finishes alone if need be (a pass-1 helper
+    that has not started by then is cancelled, never waited for)."""
 
     def __init__(
         self,

@@ -12,6 +12,7 @@ import ctypes
 import errno
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from hicache_sdk.kit.segments import memoryviews as segment_views
 from hicache_sdk.kit.segments import total_bytes
@@ -50,12 +51,13 @@ def check_segments(buffers: Sequence[Segments], arg: str = "buffers") -> None:
 _ARRAY_TYPES: dict[int, type[ctypes.Array[ctypes.c_char]]] = {}
 
 
-def segment_arrays(segments: Segments) -> tuple[list[ctypes.Array[ctypes.c_char]], int]:
+def segment_arrays(segments: Segments, tail: Any = None) -> tuple[list[Any], int]:
     """``(buffers, total)``: a ctypes byte array over each non-empty segment (the cheapest
-    writable buffer ``os.preadv`` accepts; array types are cached per length) and the
+    writable buffer ``os.preadv`` accepts; array types are cached per length), then
+    ``tail`` when given (a buffer of the caller's, not counted in ``total``), and the
     segments' byte total. The arrays alias the caller's memory: they must not outlive
     the call."""
-    out: list[ctypes.Array[ctypes.c_char]] = []
+    out: list[Any] = []
     total = 0
     types = _ARRAY_TYPES
     for addr, n in segments:
@@ -67,6 +69,8 @@ def segment_arrays(segments: Segments) -> tuple[list[ctypes.Array[ctypes.c_char]
                 t = types[n] = ctypes.c_char * n
             out.append(t.from_address(addr))
             total += n
+    if tail is not None:
+        out.append(tail)
     return out, total
 
 

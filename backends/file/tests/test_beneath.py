@@ -19,20 +19,14 @@ Make = Callable[..., FileTransport]
 PAGE = "_/m/kv-0123456789abcdef/ab/" + "ab" * 32
 
 
-@pytest.fixture(params=["openat2", "openat2-ctypes", "walk"])
+@pytest.fixture(params=["openat2", "walk"])
 def resolution(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run the test with the kernel's ``openat2`` (called from the C extension, and through
-    ctypes as without it) and with the forced fallback walk. Returns ``"openat2"`` or
-    ``"walk"``."""
+    """Run the test with the kernel's ``openat2`` and with the forced fallback walk."""
     mode = str(request.param)
-    if mode.startswith("openat2") and not beneath.OPENAT2:
+    if mode == "openat2" and not beneath.OPENAT2:
         pytest.skip("this kernel has no openat2 (the walk covers it)")
-    if mode == "openat2" and beneath._c_openat2 is None:
-        pytest.skip("the C extension was not compiled here (openat2-ctypes covers it)")
-    if mode == "openat2-ctypes":
-        monkeypatch.setattr(beneath, "_c_openat2", None)
-    monkeypatch.setattr(beneath, "OPENAT2", mode != "walk")
-    return "walk" if mode == "walk" else "openat2"
+    monkeypatch.setattr(beneath, "OPENAT2", mode == "openat2")
+    return mode
 
 
 @pytest.fixture
@@ -95,28 +89,22 @@ def test_reads_exists_delete_never_resolve_through_a_symlink(
     t = make_transport()
     _plant(t, elsewhere)
     out = np.zeros(64, np.uint8)
-    assert t.exists([PAGE]) == [None]
-    assert t._stat_sizes_py([PAGE]) == [None]  # the Python loop agrees with the C loop
+    assert t.exists([PAGE, "_/victim"]) == [None, None]
     assert t.read([PAGE], [segs(out)]) == [False] and not out.any()
     t.delete([PAGE])
     assert (elsewhere / PAGE[2:]).read_bytes() == b"x" * 64
 
 
-@pytest.mark.skipif(transport_mod._fastfs is None, reason="the C extension was not compiled here")
-def test_c_loop_resolves_beneath(tmp_path: Path, resolution: str, elsewhere: Path) -> None:
-    fastfs = transport_mod._fastfs
-    assert fastfs is not None
-    root = tmp_path / "r"
+def test_exists_resolves_beneath(make_transport: Make, resolution: str, elsewhere: Path) -> None:
+    """Names in one directory share its descriptor within a call; a name under a planted
+    symlink is absent, and so is every later name in that directory."""
+    t = make_transport()
+    root = Path(t.root)
     (root / "d/e").mkdir(parents=True)
     (root / "d/e/f").write_bytes(b"12345")
-    os.symlink(elsewhere, root / "_")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        names = ["d/e/f", "d/e/g", PAGE, "_/victim", "d/e/f"]
-        sizes, _errors = fastfs.stat_sizes(fd, names, resolution == "openat2")
-        assert sizes == [5, None, None, None, 5]
-    finally:
-        os.close(fd)
+    _plant(t, elsewhere)
+    names = ["d/e/f", "d/e/g", PAGE, "_/victim", "d/e/f", "_/m/kv-0123456789abcdef/ab/none"]
+    assert t.exists(names) == [5, None, None, None, 5, None]
 
 
 def test_eviction_and_stale_cleanup_stay_beneath(
@@ -136,21 +124,24 @@ def test_eviction_and_stale_cleanup_stay_beneath(
     assert listing(elsewhere) == before
 
 
-@pytest.mark.skipif(transport_mod._fastfs is None, reason="the C extension was not compiled here")
-def test_c_loop_with_more_directories_than_its_table(
-    make_transport: Make, resolution: str, elsewhere: Path
+def test_exists_over_more_directories_than_it_holds_open(
+    make_transport: Make, resolution: str, elsewhere: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past 768 distinct directories in one call the C loop resolves each name's
-    directory whole: the same answers as the Python loop, symlinks still refused."""
+    """Past ``_MAX_DIRS`` distinct directories in one call the descriptors held so far are
+    closed and resolution starts over: the same answers, symlinks still refused, and no
+    descriptor left open."""
+    monkeypatch.setattr(transport_mod, "_MAX_DIRS", 16)
     t = make_transport()
     root = Path(t.root)
     names = []
-    for i in range(900):
+    for i in range(40):
         (root / f"d{i}/s").mkdir(parents=True)
         (root / f"d{i}/s/f").write_bytes(b"x" * (i % 7))
         names.append(f"d{i}/s/f")
     _plant(t, elsewhere)
-    names += [PAGE, "_/victim", "d1/s/none", "d899/s/f"]
-    fast = t._stat_sizes(names)
-    assert fast == t._stat_sizes_py(names)
-    assert fast[:900] == [i % 7 for i in range(900)] and fast[900:] == [None, None, None, 899 % 7]
+    names += [PAGE, "_/victim", "d1/s/none", "d39/s/f", "d0/s/f"]
+    if t._cleanup is not None:  # the start-up sweep holds directory descriptors until it ends
+        t._cleanup.result(10)
+    before = len(os.listdir("/proc/self/fd"))
+    assert t.exists(names) == [i % 7 for i in range(40)] + [None, None, None, 39 % 7, 0]
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -354,3 +354,34 @@ def test_fsync_mode_round_trip(make_transport: Make) -> None:
     assert t.write(["d/e/f"], [segs(p)]) == [True]
     out = np.zeros_like(p)
     assert t.read(["d/e/f"], [segs(out)]) == [True] and np.array_equal(out, p)
+
+
+def test_exists_answers_every_kind_of_entry(make_transport: Make, root: Path) -> None:
+    """Sizes of regular files only; absence, directories, symlinks and FIFOs are ``None``.
+    A failure other than absence (a directory this user may not search) is ``None`` and
+    counted; absence is not counted."""
+    t = make_transport()
+    names = ["a", "ns/m/p/ab/x", "ns/m/p/ab/y", "gone", "ns/none/z", "sub", "link", "fifo", "locked/w"]
+    assert (
+        t.write(
+            ["a", "ns/m/p/ab/x", "ns/m/p/ab/y"],
+            [segs(pattern(1, 10)), segs(pattern(2, 4096)), segs(np.zeros(0, np.uint8))],
+        )
+        == [True] * 3
+    )
+    (root / "sub").mkdir()
+    (root / "link").symlink_to(root / "a")
+    os.mkfifo(root / "fifo")
+    (root / "locked").mkdir()
+    (root / "locked" / "w").write_bytes(b"1234")
+    before = t.errors()
+    os.chmod(root / "locked", 0)
+    try:
+        got = t.exists(names)
+    finally:
+        os.chmod(root / "locked", 0o700)
+    # root may search any directory: then locked/w is found
+    locked = 4 if os.geteuid() == 0 else None
+    assert got == [10, 4096, 0, None, None, None, None, None, locked]
+    grew = {k: v - before.get(k, 0) for k, v in t.errors().items() if v != before.get(k, 0)}
+    assert grew == ({} if os.geteuid() == 0 else {"permission": 1})
