@@ -243,7 +243,8 @@ def _call(engine: ObjectEngine, op: str, cols: Columns) -> list[bool] | None:
 def read_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     """Read the batch; per page ``True`` when every object arrived whole and, under a
     header scheme, its trailer is this page's. Corrupt objects are deleted; failed ones
-    get one existence check (which deletes wrong-sized ones), as on the per-object path."""
+    get one existence check (which deletes wrong-sized ones), as on the per-object path,
+    unless no object arrived at all."""
     n_obj = len(cols.names)
     if n_obj == 0:
         return [True] * cols.n_pages
@@ -264,7 +265,12 @@ def read_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
                 bad.append(cols.names[o])
                 engine.metrics.error(f"header_{reason}")
     engine.delete_corrupt(bad)
-    failed = [] if all(ok) else [o for o in range(n_obj) if not ok[o] and cols.names[o] not in bad]
+    # When nothing arrived (the call failed or missed its deadline: a frozen or unreachable
+    # store), an existence check would spend a second timeout after the first, past the
+    # caller's deadline; a wrong-sized object is removed by the next existence query anyway.
+    failed = (
+        [] if all(ok) or not any(ok) else [o for o in range(n_obj) if not ok[o] and cols.names[o] not in bad]
+    )
     if failed:
         engine.exists_named([cols.names[o] for o in failed], [cols.sizes[o] for o in failed])
     return cols.fold(ok)

@@ -271,10 +271,13 @@ class ObjectEngine:
             if staged is not None:
                 self._scatter(staged, 0, o.segments)
         self.delete_corrupt(bad)
-        failed = [o for o, good in zip(objects, ok) if not good and o.name not in bad]
+        failed = [o for o, good in zip(objects, ok) if not good and o.name not in bad] if any(ok) else []
         if failed:
             # A failed read may be a torn / wrong-sized object: the existence check
-            # deletes those (the transport's read cannot tell us why it failed).
+            # deletes those (the transport's read cannot tell us why it failed). Not when
+            # nothing arrived (a failed call, a missed deadline): that check would spend a
+            # second timeout past the caller's deadline, and the next existence query
+            # removes a wrong-sized object anyway.
             self.exists(failed)
         return [bool(x) for x in ok]
 

@@ -36,7 +36,7 @@ def _answers(got: object, n: int) -> list[int | None]:
     return got
 
 
-def _exists_one(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None] | None:
+def _exists_one(rt: ResilientTransport, keys: Sequence[str], timeout: float) -> list[int | None] | None:
     """A query of at most :data:`EXISTS_CHUNK` keys: one call, its answers as the
     transport gave them (no copies); ``None`` when it failed or missed the deadline."""
     inner = rt.inner
@@ -44,13 +44,15 @@ def _exists_one(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None]
     def job() -> list[int | None]:
         return _answers(inner.exists(keys), len(keys))
 
-    status, got = rt._run("exists", job, rt._exists_s, None, breaker=rt.exists_breaker)
+    status, got = rt._run("exists", job, timeout, None, breaker=rt.exists_breaker)
     return got if status == "ok" else None
 
 
-def exists_chunked(rt: ResilientTransport, keys: Sequence[str], out: list[int | None]) -> bool:
-    """Fill ``out`` with what the transport answered by the deadline (exists breaker);
-    True when every chunk was answered."""
+def exists_chunked(
+    rt: ResilientTransport, keys: Sequence[str], out: list[int | None], timeout: float | None = None
+) -> bool:
+    """Fill ``out`` with what the transport answered by the deadline (``timeout``, default
+    the exists deadline; exists breaker); True when every chunk was answered."""
     n = len(keys)
     inner = rt.inner
     parts: list[list[int | None]] = []
@@ -70,7 +72,8 @@ def exists_chunked(rt: ResilientTransport, keys: Sequence[str], out: list[int | 
         with lock:
             stop[0] = True
 
-    status, _ = rt._run("exists", job, rt._exists_s, None, on_abandon=on_abandon, breaker=rt.exists_breaker)
+    limit = rt._exists_s if timeout is None else timeout
+    status, _ = rt._run("exists", job, limit, None, on_abandon=on_abandon, breaker=rt.exists_breaker)
     pos = 0
     with lock:
         stop[0] = True
@@ -136,8 +139,12 @@ def run_exists(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None]:
     # Transfers down: a hit could not be read, so nothing is reported present. The
     # query may serve as the transfer breaker's half-open probe (health() when
     # declared, else the query itself).
+    # The probe counts against the query's own deadline.
     allowed, probe = rt._breaker.allow()
-    if not allowed or (probe and rt._probe_health and not rt._health_probe()):
+    left: float | None = rt._exists_s
+    if allowed and probe and rt._probe_health:
+        left = rt.probe_within("exists", rt._exists_s)
+    if not allowed or left is None:
         rt._metrics.count("exists_refused_transfers_down")
         rt._refuse("breaker_open")
     elif not rt._exists_breaker.allow()[0]:
@@ -146,12 +153,12 @@ def run_exists(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None]:
     else:
         out: list[int | None]
         if n <= EXISTS_CHUNK:  # the usual query: one call, no copies
-            got = _exists_one(rt, keys)
+            got = _exists_one(rt, keys, left)
             ok = got is not None
             out = got if got is not None else [None] * n
         else:
             out = [None] * n
-            ok = exists_chunked(rt, keys, out)
+            ok = exists_chunked(rt, keys, out, left)
         if probe and not rt._probe_health:
             (rt._breaker.record_success if ok else rt._breaker.record_failure)()
         rt._record("t_exists", t0, n - count_is(out, None), 0, ok)

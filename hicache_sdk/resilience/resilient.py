@@ -190,24 +190,51 @@ class ResilientTransport(Transport):
     def _refuse(self, reason: str, n: int = 1) -> None:
         self._metrics.error(reason, n)
 
-    def _health_probe(self) -> bool:
-        """Call ``health()`` under the exists deadline; False on any failure."""
-        status, result = self._run("health", self._inner.health, self._exists_s, None, ok_if=bool)
+    def _health_probe(self, timeout: float | None = None) -> bool:
+        """Call ``health()`` under the exists deadline (or ``timeout``); False on any failure."""
+        limit = self._exists_s if timeout is None else timeout
+        status, result = self._run("health", self._inner.health, limit, None, ok_if=bool)
         return status == _OK and bool(result)
 
-    def _admit(self) -> bool:
+    def probe_within(self, op: str, timeout: float) -> float | None:
+        """The half-open probe of an admitted call of ``op`` whose deadline is ``timeout``
+        (``0``: none): ``health()`` under the exists deadline, cut to ``timeout``. Returns
+        the time the call has left after it (``timeout`` unchanged with no deadline), or
+        ``None`` when the probe failed or used the whole deadline (counted as the call's
+        deadline): whatever runs before the call counts against the same deadline."""
+        limit = self._exists_s
+        if timeout > 0 and (limit <= 0 or timeout < limit):
+            limit = timeout
+        t0 = self._clock()
+        if not self._health_probe(limit):
+            return None
+        if timeout <= 0:
+            return timeout
+        left = timeout - (self._clock() - t0)
+        if left <= 0:
+            self._metrics.count(f"deadline_{op}")
+            self._metrics.error("deadline")
+            return None
+        return left
+
+    def _admit(self, op: str, timeout: float) -> float | None:
+        """Admission of a call of ``op`` under ``timeout`` (``0``: no deadline): ``None``
+        when refused (closed, breaker open, failed probe), else the time it has left
+        (:meth:`probe_within` when it is the half-open probe)."""
         if self._closed:
             self._refuse("closed")
-            return False
+            return None
         allowed, probe = self._breaker.allow()
         if not allowed:
             self._metrics.count("breaker_rejected")
             self._refuse("breaker_open")
-            return False
-        if probe and self._probe_health and not self._health_probe():
-            self._refuse("breaker_open")  # the probe failed: the breaker re-opened
-            return False
-        return True
+            return None
+        if probe and self._probe_health:
+            left = self.probe_within(op, timeout)
+            if left is None:
+                self._refuse("breaker_open")  # the probe failed: the breaker re-opened
+            return left
+        return timeout
 
     def _run(
         self,
@@ -327,10 +354,11 @@ class ResilientTransport(Transport):
             return []
         t0 = time.perf_counter()
         out = [False] * n
-        if not self._admit():
+        left = self._admit(op, self._transfer_s)
+        if left is None:
             self._record(f"t_{op}", t0, 0, 0, False)
             return out
-        ok = run_transfer(self, op, keys, buffers, sizes, out)
+        ok = run_transfer(self, op, keys, buffers, sizes, out, left)
         if all(out):
             self._record(f"t_{op}", t0, n, sum(sizes), ok)
         else:
@@ -339,11 +367,14 @@ class ResilientTransport(Transport):
 
     def delete(self, keys: Sequence[str]) -> None:
         """Best effort under the transfer deadline; never raises for I/O."""
-        if not keys or not self._admit():
+        if not keys:
+            return
+        left = self._admit("delete", self._transfer_s)
+        if left is None:
             return
         keys = list(keys)
         t0 = time.perf_counter()
-        status, _ = self._run("delete", lambda: self._inner.delete(keys), self._transfer_s, None)
+        status, _ = self._run("delete", lambda: self._inner.delete(keys), left, None)
         self._record("t_delete", t0, len(keys) if status == _OK else 0, 0, status == _OK)
 
     def clear(self, prefix: str) -> None:

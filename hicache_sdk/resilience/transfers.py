@@ -62,14 +62,16 @@ def run_transfer(
     buffers: Sequence[Segments],
     sizes: list[int],
     out: list[bool],
+    timeout: float,
 ) -> bool:
-    """Move one admitted batch by the path the wrapper's settings select; fills ``out``.
+    """Move one admitted batch by the path the wrapper's settings select, within
+    ``timeout`` (what is left of the transfer deadline after admission); fills ``out``.
     Returns whether the transport answered (False: refused / failed / past the deadline)."""
     if rt._transfer_s <= 0 or not rt._owns:
-        return _direct(rt, op, keys, buffers, out)
+        return _direct(rt, op, keys, buffers, out, timeout)
     if rt._inner.cancellable:
-        return _cancellable(rt, op, keys, buffers, out)
-    return _staged(rt, op, keys, buffers, sizes, out)
+        return _cancellable(rt, op, keys, buffers, out, timeout)
+    return _staged(rt, op, keys, buffers, sizes, out, timeout)
 
 
 def _inner_op(rt: ResilientTransport, op: str) -> Callable[..., list[bool]]:
@@ -86,7 +88,12 @@ def _take(rt: ResilientTransport, status: str, res: Any, n: int) -> list[bool] |
 
 
 def _direct(
-    rt: ResilientTransport, op: str, keys: list[str], buffers: Sequence[Segments], out: list[bool]
+    rt: ResilientTransport,
+    op: str,
+    keys: list[str],
+    buffers: Sequence[Segments],
+    out: list[bool],
+    timeout: float,
 ) -> bool:
     fn = _inner_op(rt, op)
     q = rt._quarantine if rt._transfer_s > 0 and not rt._owns else None
@@ -95,7 +102,7 @@ def _direct(
         q.hold(buffers)
         release = partial(q.release, buffers)
     try:
-        status, res = rt._run(op, bind(fn, keys, buffers), rt._transfer_s, release)
+        status, res = rt._run(op, bind(fn, keys, buffers), timeout, release)
     except BaseException:
         if q is not None:
             q.release(buffers)
@@ -110,7 +117,12 @@ def _direct(
 
 
 def _cancellable(
-    rt: ResilientTransport, op: str, keys: list[str], buffers: Sequence[Segments], out: list[bool]
+    rt: ResilientTransport,
+    op: str,
+    keys: list[str],
+    buffers: Sequence[Segments],
+    out: list[bool],
+    timeout: float,
 ) -> bool:
     fn = _inner_op(rt, op)
     token = CancelToken()
@@ -122,7 +134,7 @@ def _cancellable(
         token.cancel()  # returns once no guarded touch of caller memory is running
         rt._metrics.count("cancelled_at_deadline")
 
-    status, res = rt._run(op, call, rt._transfer_s, None, on_abandon=on_abandon)
+    status, res = rt._run(op, call, timeout, None, on_abandon=on_abandon)
     got = _take(rt, status, res, len(keys))
     if got is None:
         return False
@@ -188,10 +200,11 @@ def _staged(
     buffers: Sequence[Segments],
     sizes: list[int],
     out: list[bool],
+    timeout: float,
 ) -> bool:
     fn = _inner_op(rt, op)
     clock = rt._clock
-    deadline = clock() + rt._transfer_s
+    deadline = clock() + timeout
     for a, b in chunk_bounds(sizes, rt._chunk_bytes):
         left = deadline - clock()
         if left <= 0:
