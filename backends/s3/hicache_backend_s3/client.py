@@ -13,7 +13,10 @@ guard that keeps credentials out of logs.
   (``Authorization``, ``X-Amz-Security-Token``) and canonical requests. INFO and above pass.
 * :func:`classify` maps an exception of a call to ``"missing"``, ``"exists"`` (a failed
   precondition), ``"tls"`` (the TLS handshake failed: certificate verification, a wrong
-  or missing ``ca_bundle``), ``"connection"``, ``"throttled"``, ``"auth"`` or ``"error"``.
+  or missing ``ca_bundle``), ``"connection"``, ``"throttled"``, ``"auth"`` or ``"error"``;
+  :func:`describe` says what happened in a few words (``"connection refused"``, ``"read
+  timed out"``, ``"HTTP 503 SlowDown"``), for messages that also name the endpoint
+  (:func:`endpoint_label`). :data:`IO_ERRORS` are the client library's I/O exception types.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import logging
 import ssl
 import threading
+import urllib.parse
 from typing import Any
 
 import botocore.exceptions as bexc
@@ -31,7 +35,23 @@ from botocore.config import Config
 
 from .config import S3Config
 
-__all__ = ["classify", "http_status", "make_client", "quiet_botocore_debug"]
+__all__ = [
+    "IO_ERRORS",
+    "classify",
+    "describe",
+    "endpoint_label",
+    "http_status",
+    "make_client",
+    "quiet_botocore_debug",
+]
+
+#: What botocore and urllib3 raise for an I/O failure (connection, timeout, TLS, an error
+#: answer of the server): ``S3Transport.io_errors``.
+IO_ERRORS: tuple[type[BaseException], ...] = (
+    bexc.BotoCoreError,
+    bexc.ClientError,
+    urllib3.exceptions.HTTPError,
+)
 
 _LOG_ROOTS = ("botocore", "boto3", "s3transfer", "urllib3")
 
@@ -131,3 +151,72 @@ def classify(exc: BaseException) -> str:
     if isinstance(exc, (bexc.BotoCoreError, urllib3.exceptions.HTTPError)):
         return "connection"
     return "error"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it wraps: causes, contexts, botocore's ``error`` keyword and
+    urllib3's ``reason`` (at most 16 links)."""
+    out: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo and len(out) < 16:
+        e = todo.pop(0)
+        if e is None or any(e is seen for seen in out):
+            continue
+        out.append(e)
+        kw = getattr(e, "kwargs", None)
+        inner = kw.get("error") if isinstance(kw, dict) else None
+        reason = getattr(e, "reason", None)
+        todo += [
+            e.__cause__,
+            e.__context__,
+            inner if isinstance(inner, BaseException) else None,
+            reason if isinstance(reason, BaseException) else None,
+        ]
+    return out
+
+
+def describe(exc: BaseException) -> str:
+    """A few words on what failed (see the module docs); never the request's headers."""
+    if isinstance(exc, bexc.ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", "")) or "error"
+        return f"HTTP {http_status(exc)} {code}"
+    chain = _chain(exc)
+    if _is_tls(exc):
+        verify = any(
+            isinstance(e, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(e)
+            for e in chain
+        )
+        return "TLS verification failed" if verify else "TLS handshake failed"
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "connection refused"
+    if any(isinstance(e, (bexc.ConnectTimeoutError, urllib3.exceptions.ConnectTimeoutError)) for e in chain):
+        return "connect timed out"
+    if any(isinstance(e, (bexc.ReadTimeoutError, urllib3.exceptions.ReadTimeoutError)) for e in chain):
+        return "read timed out"
+    if any(isinstance(e, TimeoutError) for e in chain):
+        return "timed out"
+    if any(
+        isinstance(
+            e, (bexc.ConnectionClosedError, bexc.ResponseStreamingError, urllib3.exceptions.ProtocolError)
+        )
+        for e in chain
+    ):
+        return "connection dropped"
+    if any(isinstance(e, bexc.EndpointConnectionError) for e in chain):
+        return "cannot connect"
+    return type(exc).__name__
+
+
+def endpoint_label(url: str | None) -> str:
+    """``scheme://host:port`` of an endpoint URL (no user info, path or query), or
+    ``"the AWS endpoint"``."""
+    if not url:
+        return "the AWS endpoint"
+    try:
+        u = urllib.parse.urlsplit(url)
+        host = u.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{u.scheme}://{host}" + (f":{u.port}" if u.port else "")
+    except ValueError:
+        return "the configured endpoint"

@@ -3,7 +3,8 @@
 * ``bucket`` (required): an existing bucket. It is created only with
   ``create_bucket=True``; otherwise a missing bucket fails construction.
 * ``prefix``: every object name is ``prefix + name`` (default ``"hicache/"``); ``clear``
-  never removes anything outside it. ``""`` is allowed (the whole bucket is ours).
+  never removes anything outside it. It must end with ``/``, so that ``p/`` never
+  reaches ``p2/``'s objects; ``""`` is allowed (the whole bucket is ours).
 * ``endpoint_url``: an S3-compatible endpoint (``None``: AWS); ``region``;
   ``addressing_style``: ``"auto"``, ``"path"`` or ``"virtual"``.
 * ``access_key_id`` / ``secret_access_key`` / ``session_token``: explicit credentials
@@ -95,6 +96,12 @@ class S3Config(BackendConfig):
             raise ValueError(f"bucket must be 3..63 characters, got {self.bucket!r}")
         if self.prefix.startswith("/"):
             raise ValueError(f"prefix must not start with '/', got {self.prefix!r}")
+        if self.prefix and not self.prefix.endswith("/"):
+            raise ValueError(
+                f"prefix must end with '/' (or be empty), got {self.prefix!r}: use {self.prefix + '/'!r}. "
+                "A prefix that ends inside a name would also match its neighbours' objects "
+                "(clearing 'p' would remove 'p2/...')"
+            )
         if self.addressing_style not in ("auto", "path", "virtual"):
             raise ValueError(
                 f"addressing_style must be 'auto', 'path' or 'virtual', got {self.addressing_style!r}"

@@ -18,9 +18,13 @@
   our header nothing proves a wrong-length object is ours. ``clear`` still removes the prefix.
 * **Faults**: 404 is a miss; throttling/5xx are retried by botocore within the deadline
   (:func:`~hicache_backend_s3.config.attempts_within`); a batch whose every request
-  failed to connect raises ``TransportError(reason="connection")`` (misses, breaker).
+  failed raises ``TransportError`` (misses, breaker) whose message says what happened and
+  where: ``"S3 GET failed: connection refused: http://127.0.0.1:9000"``. ``health()``
+  raises the same way (``HeadBucket``), so a probe that fails says why.
+  :attr:`S3Transport.io_errors` declares botocore's and urllib3's I/O exception types.
 * ``clear(prefix)`` lists ``self.prefix + prefix`` page by page and deletes in batches of
-  1000 (``DeleteObjects``).
+  1000 (``DeleteObjects``). The configured prefix ends with ``/`` (or is empty), so
+  prefix ``p/`` never reaches ``p2/``'s objects.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from typing import Any, ClassVar, TypeVar
 
 from hicache_sdk import Capabilities, HiCacheError, Segments, Transport, TransportError
 
-from .client import classify, make_client
+from .client import IO_ERRORS, classify, describe, endpoint_label, make_client
 from .config import S3Config, attempts_within
 from .segio import SegmentReader, read_body_into, segment_views, total_size
 
@@ -47,28 +51,34 @@ T = TypeVar("T")
 
 
 class _Failed:
-    """A request that failed for an I/O reason; ``kind`` is :func:`classify`'s answer."""
+    """A request that failed for an I/O reason: ``kind`` is :func:`classify`'s answer,
+    ``detail`` :func:`describe`'s."""
 
-    __slots__ = ("kind",)
+    __slots__ = ("detail", "kind")
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
+    def __init__(self, exc: BaseException) -> None:
+        self.kind = classify(exc)
+        self.detail = describe(exc)
 
 
 #: Kinds that say nothing about the object: the next call may succeed.
 _TRANSIENT = ("connection", "throttled", "tls")
+#: The failure reason counted for each kind of a batch that failed as a whole.
+_REASONS = {"tls": "tls", "auth": "auth", "throttled": "throttled"}
 
 
-def _batch_failed(fails: Sequence[_Failed], what: str) -> TransportError:
-    """The error of a batch whose every request failed: reason ``"tls"`` when each failed
-    TLS verification (a wrong or missing ``ca_bundle``), else ``"connection"``."""
-    tls = bool(fails) and all(f.kind == "tls" for f in fails)
-    if tls:
-        return TransportError(
-            f"every S3 {what} of the batch failed TLS verification (check verify / ca_bundle)",
-            reason="tls",
-        )
-    return TransportError(f"every S3 {what} of the batch failed", reason="connection")
+def _batch_failed(fails: Sequence[_Failed], what: str, endpoint: str) -> TransportError:
+    """The error of a batch whose every request failed, naming what happened (the first
+    failure's :func:`describe`) and the endpoint. The reason is the kind every request
+    shared (``"tls"``: check verify / ca_bundle; ``"auth"``; ``"throttled"``), else
+    ``"connection"``."""
+    kinds = {f.kind for f in fails}
+    kind = kinds.pop() if len(kinds) == 1 else "connection"
+    detail = fails[0].detail if fails else "no answer"
+    hint = " (check verify / ca_bundle)" if kind == "tls" else ""
+    return TransportError(
+        f"S3 {what} failed: {detail}: {endpoint}{hint}", reason=_REASONS.get(kind, "connection")
+    )
 
 
 class S3Transport(Transport):
@@ -80,6 +90,7 @@ class S3Transport(Transport):
 
     #: Keys per listing page and per ``DeleteObjects`` request (S3's maximum for both).
     page_keys: ClassVar[int] = 1000
+    io_errors: ClassVar[tuple[type[BaseException], ...]] = IO_ERRORS
 
     def __init__(self, cfg: S3Config) -> None:
         self.cfg = cfg
@@ -96,6 +107,8 @@ class S3Transport(Transport):
         r_e = min(cfg.read_timeout_s, et) if et > 0 else cfg.read_timeout_s
         n_e = attempts_within(et, c_e + r_e, cfg.max_attempts)
         self._fast = make_client(cfg, attempts=n_e, connect_s=c_e, read_s=r_e)
+        #: Where requests go, for messages: ``scheme://host:port`` (no credentials, no path).
+        self.endpoint = endpoint_label(self._xfer.meta.endpoint_url)
         self._pool = ThreadPoolExecutor(cfg.max_concurrency, thread_name_prefix="hicache-s3")
         self._lock = threading.Lock()
         self._conditional: bool | None = {"on": True, "off": False}.get(cfg.conditional_put)
@@ -107,29 +120,34 @@ class S3Transport(Transport):
     # -- construction --------------------------------------------------------------------
     def _check_bucket(self) -> None:
         """A missing bucket or rejected credentials fail here; an unreachable endpoint
-        does not (the breaker handles it)."""
+        does not (the breaker handles it). Asked with the existence client: one attempt
+        within the exists deadline, so construction never stalls on a frozen store."""
         try:
-            self._xfer.head_bucket(Bucket=self.bucket)
+            self._fast.head_bucket(Bucket=self.bucket)
             return
         except Exception as e:
             kind = classify(e)
-            if kind == "tls":
+            if kind in ("tls", "connection", "throttled"):
                 log.warning(
-                    "s3: TLS verification of %s failed at construction (check verify / ca_bundle);"
-                    " calls miss with reason 'tls'",
-                    self.cfg.endpoint_url or "the AWS endpoint",
+                    "s3: bucket %r not reachable at construction: %s: %s%s; calls miss until it answers",
+                    self.bucket,
+                    describe(e),
+                    self.endpoint,
+                    " (check verify / ca_bundle)" if kind == "tls" else "",
                 )
                 return
-            if kind == "connection":
-                log.warning("s3: endpoint unreachable at construction (%s); will retry", type(e).__name__)
-                return
             if kind == "auth":
-                raise HiCacheError(f"s3: credentials rejected for bucket {self.bucket!r}") from None
+                raise HiCacheError(
+                    f"s3: credentials rejected for bucket {self.bucket!r} at {self.endpoint} ({describe(e)})"
+                ) from None
             if kind != "missing":
-                raise HiCacheError(f"s3: cannot use bucket {self.bucket!r}: {type(e).__name__}") from None
+                raise HiCacheError(
+                    f"s3: cannot use bucket {self.bucket!r} at {self.endpoint}: {describe(e)}"
+                ) from None
         if not self.cfg.create_bucket:
             raise HiCacheError(
-                f"s3: bucket {self.bucket!r} does not exist (create it, or set create_bucket=true)"
+                f"s3: bucket {self.bucket!r} does not exist at {self.endpoint} "
+                "(create it, or set create_bucket=true)"
             )
         kw: dict[str, Any] = {"Bucket": self.bucket}
         if self.cfg.region != "us-east-1":
@@ -138,10 +156,12 @@ class S3Transport(Transport):
             self._xfer.create_bucket(**kw)
         except Exception as e:
             if "BucketAlready" not in str(e):
-                raise HiCacheError(f"s3: cannot create bucket {self.bucket!r}: {type(e).__name__}") from None
+                raise HiCacheError(
+                    f"s3: cannot create bucket {self.bucket!r} at {self.endpoint}: {describe(e)}"
+                ) from None
 
     # -- fan-out ---------------------------------------------------------------------------
-    def _run(self, fn: Callable[[int], T], n: int) -> list[T | object]:
+    def _run(self, fn: Callable[[int], T], n: int, what: str) -> list[T | object]:
         """``fn(i)`` for ``i < n`` on the pool, results in order; a request that raised is a
         :class:`_Failed`. Every request failing raises ``TransportError`` (:func:`_batch_failed`)."""
         if self._closed:
@@ -151,16 +171,16 @@ class S3Transport(Transport):
             try:
                 return fn(i)
             except Exception as e:
-                kind = classify(e)
-                log.debug("s3 request failed (%s): %s", kind, type(e).__name__)
-                return _Failed(kind)
+                failed = _Failed(e)
+                log.debug("s3 %s failed (%s): %s", what, failed.kind, failed.detail)
+                return failed
 
         if n == 1:
             out: list[T | object] = [call(0)]
         else:
             out = [f.result() for f in [self._pool.submit(call, i) for i in range(n)]]
         if n and all(isinstance(r, _Failed) for r in out):
-            raise _batch_failed([r for r in out if isinstance(r, _Failed)], "request")
+            raise _batch_failed([r for r in out if isinstance(r, _Failed)], what, self.endpoint)
         return out
 
     def _key(self, name: str) -> str:
@@ -182,8 +202,9 @@ class S3Transport(Transport):
             except Exception as e:
                 if classify(e) == "missing":
                     return None
-                log.debug("s3 HEAD failed (%s): %s", classify(e), type(e).__name__)
-                return _Failed(classify(e))
+                failed = _Failed(e)
+                log.debug("s3 HEAD failed (%s): %s", failed.kind, failed.detail)
+                return failed
 
         # Every key is asked (at most max_concurrency in flight, in key order): a miss says
         # nothing about the keys after it -- the adapter asks a page's K column and then its
@@ -204,7 +225,7 @@ class S3Transport(Transport):
                 elif r is not None:
                     out[i] = r
         if fails and len(fails) == nxt:
-            raise _batch_failed(fails, "HEAD")
+            raise _batch_failed(fails, "HEAD", self.endpoint)
         return out
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
@@ -224,7 +245,7 @@ class S3Transport(Transport):
             finally:
                 body.close()
 
-        return [r is True for r in self._run(get, len(keys))]
+        return [r is True for r in self._run(get, len(keys), "GET")]
 
     def _conditional_supported(self) -> bool:
         with self._lock:
@@ -261,8 +282,7 @@ class S3Transport(Transport):
         try:
             conditional = self._conditional_supported()
         except Exception as e:
-            kind = classify(e)
-            raise _batch_failed([_Failed(kind)], "write") from None
+            raise _batch_failed([_Failed(e)], "PUT", self.endpoint) from None
         first: dict[str, int] = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
@@ -287,11 +307,11 @@ class S3Transport(Transport):
                     return True
                 if classify(e) in _TRANSIENT:
                     raise
-                log.debug("s3 PUT refused: %s", type(e).__name__)
+                log.debug("s3 PUT refused: %s", describe(e))
                 return False
             return True
 
-        res = self._run(put, len(order))
+        res = self._run(put, len(order), "PUT")
         by_key = {keys[i]: r is True for i, r in zip(order, res)}
         return [by_key[k] for k in keys]
 
@@ -339,7 +359,7 @@ class S3Transport(Transport):
             try:
                 self._xfer.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
             except Exception as e:
-                log.debug("s3 DeleteObjects failed (%s)", classify(e))
+                log.debug("s3 DeleteObjects failed: %s: %s", describe(e), self.endpoint)
 
     def clear(self, prefix: str) -> None:
         """Remove every object under ``self.prefix + prefix`` (paginated listing, batched
@@ -353,20 +373,18 @@ class S3Transport(Transport):
                 if keys:
                     self._delete_objects(keys)
         except Exception as e:
-            raise TransportError(f"s3 clear failed ({classify(e)})", reason="connection") from None
+            raise _batch_failed([_Failed(e)], "clear", self.endpoint) from None
 
     def health(self) -> bool:
-        """``HeadBucket`` answered. A TLS verification failure raises
-        ``TransportError(reason="tls")`` instead of returning ``False``, so that the
-        resilience layer counts why the breaker stays open (a configuration mistake, not
-        an outage: the breaker's start probe and half-open probes report it)."""
+        """``HeadBucket`` answered. Any other outcome raises ``TransportError`` saying what
+        happened and where (``"S3 HeadBucket failed: connection refused: http://..."``,
+        reason ``"connection"``, ``"tls"`` or ``"auth"``): the resilience layer counts why
+        the breaker stays open, and ``hicache ping`` can show it."""
         try:
             self._fast.head_bucket(Bucket=self.bucket)
             return True
         except Exception as e:
-            if classify(e) == "tls":
-                raise _batch_failed([_Failed("tls")], "HeadBucket") from None
-            return False
+            raise _batch_failed([_Failed(e)], "HeadBucket", self.endpoint) from None
 
     def close(self) -> None:
         if self._closed:

@@ -1,8 +1,11 @@
 """A loopback TCP proxy (asyncio, in a thread) that adds latency and can drop connections.
 
 ``delay_s`` is added once per request: before forwarding the first client bytes after
-the server last answered on that connection (HTTP/1.1 request/response alternation); ``drop()`` closes every open connection; ``refuse = True`` closes new
-connections at once. Listens on a free 127.0.0.1 port; ``close()`` stops it.
+the server last answered on that connection (HTTP/1.1 request/response alternation);
+``method_delay`` (``{"GET": 30.0}``) overrides it per HTTP method, so that one kind of
+request stalls while others pass. ``drop()`` closes every open connection; ``refuse =
+True`` closes new connections at once. Listens on a free 127.0.0.1 port; ``close()``
+stops it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ class LatencyProxy:
     def __init__(self, target_port: int, delay_s: float = 0.0) -> None:
         self.target_port = target_port
         self.delay_s = delay_s
+        self.method_delay: dict[str, float] = {}
         self.refuse = False
         self._loop = asyncio.new_event_loop()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -51,8 +55,11 @@ class LatencyProxy:
                 data = await r.read(1 << 16)
                 if not data:
                     break
-                if up and fresh[0] and self.delay_s:
-                    await asyncio.sleep(self.delay_s)
+                if up and fresh[0]:
+                    method = data.split(b" ", 1)[0].decode("latin-1")
+                    delay = self.method_delay.get(method, self.delay_s)
+                    if delay:
+                        await asyncio.sleep(delay)
                 fresh[0] = not up
                 w.write(data)
                 await w.drain()

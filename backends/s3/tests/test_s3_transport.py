@@ -165,12 +165,19 @@ def test_unreachable_endpoint_constructs_then_fails_batches() -> None:
         environ={},
     )
     t = S3Transport(cfg)
+    url = str(cfg.endpoint_url)
     try:
-        with pytest.raises(TransportError):
-            t.exists(["k"])
-        with pytest.raises(TransportError):
-            t.read(["k"], [Buf(3).segs])
-        assert t.health() is False
+        # every message says what happened and where (hicache ping shows it)
+        for call, what in (
+            (lambda: t.exists(["k"]), "HEAD"),
+            (lambda: t.read(["k"], [Buf(3).segs]), "GET"),
+            (lambda: t.write(["k"], [Buf(3).segs]), "PUT"),
+            (t.health, "HeadBucket"),
+        ):
+            with pytest.raises(TransportError) as ei:
+                call()
+            assert str(ei.value) == f"S3 {what} failed: connection refused: {url}"
+            assert ei.value.reason == "connection"
     finally:
         t.close()
 
