@@ -1,48 +1,58 @@
-# ruff: noqa: B023  (every lambda below is called at once, inside its loop iteration)
-"""Benchmark: the s3 transport vs raw boto3 at the same concurrency, on a real moto_server
-started here (free 127.0.0.1 port, stopped by PID), directly and through a loopback proxy
-that adds latency to every request. Prints throughput and ratios measured in this one run.
+"""Benchmark: the ``s3`` backend against raw boto3 at the same concurrency, on one S3 server
+(a ``moto_server`` started here on a free 127.0.0.1 port and stopped by PID, or
+``--endpoint URL`` for a server of yours, such as SeaweedFS ``weed mini``).
 
-    .venv/bin/python backends/s3/bench/bench_s3.py [--rounds 3] [--delay-ms 20]
+    python backends/s3/bench/bench_s3.py [--repeats 5] [--out docs/results/s3.json]
 
-Per size (64 x 256 KiB, 8 x 8 MiB) and op (set / get / exists): ours (S3Transport, page
-memory, ``max_concurrency=C``), raw boto3 (a ThreadPoolExecutor of C over put_object /
-get_object().read() / head_object on one client) and, through the proxy, a sequential
-raw-boto3 loop. Each figure is the median of ``--rounds`` (after one warm-up round); ``spread`` is
-the range of the per-round ratios raw/ours. Ours and raw alternate which runs first in a round.
+Per page size (64 x 256 KiB, 8 x 8 MiB) and op, one interleaved harness run
+(:class:`hicache_sdk.bench.Harness`, ``--repeats`` timed rounds after a warm-up):
+
+* ``ours``: ``S3Storage`` with its default settings (``max_concurrency`` 16, 5 s transfer
+  deadline with staging, 2 s existence deadline) on a bfloat16 MHA host pool
+  (``page_first``): ``batch_set_v1`` of fresh pages, ``batch_get_v1`` of stored ones,
+  ``batch_exists`` of stored ones;
+* ``raw_boto3``: one boto3 client, a thread pool of the same 16 over ``put_object`` (the
+  page as ``bytes``), ``get_object()["Body"].read()``, ``head_object``.
+
+Against a local server both sides are bound by the server, so the wall-clock ratio alone
+proves little: each case is also timed with the process's CPU clock (``-cpu`` cases: the
+client's CPU seconds, every thread of this process, none of the server's). There "ours vs
+raw" above 1 means ours spends less CPU per byte. ``--out`` writes the run with
+:func:`hicache_sdk.bench.harness.write_run` (``scripts/gen_bench_docs.py`` renders it).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
+import hashlib
 import os
-import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-from _proxy import LatencyProxy  # noqa: E402
 from _server import CREDS, MotoServer  # noqa: E402
 from botocore.config import Config  # noqa: E402
-from hicache_backend_s3 import S3Config, S3Transport  # noqa: E402
+from hicache_backend_s3 import S3Storage  # noqa: E402
+
+from hicache_sdk.bench import Harness  # noqa: E402
+from hicache_sdk.bench.harness import BenchResult, write_run  # noqa: E402
+from hicache_sdk.hostpool import MHAHostPool  # noqa: E402
+from hicache_sdk.spec import HiCacheStorageConfig  # noqa: E402
 
 BUCKET = "bench"
+CONCURRENCY = 16  # S3Config.max_concurrency's default: raw boto3 gets the same
+TOKENS = 16
+HEADS, HEAD_DIM = 8, 128  # bytes per token and layer: 2 (K, V) * 8 * 128 * 2 (bfloat16) = 4 KiB
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process: every thread, not the server's)."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - t0, time.process_time() - c0
-
-
-def raw_client(url: str, conc: int) -> Any:
+def raw_client(url: str) -> Any:
     import boto3
 
     return boto3.client(
@@ -50,7 +60,7 @@ def raw_client(url: str, conc: int) -> Any:
         endpoint_url=url,
         region_name="us-east-1",
         config=Config(
-            max_pool_connections=conc + 4,
+            max_pool_connections=CONCURRENCY + 4,
             retries={"mode": "standard"},
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
@@ -59,139 +69,137 @@ def raw_client(url: str, conc: int) -> Any:
     )
 
 
-def run(url: str, n: int, size: int, conc: int, rounds: int, sequential: bool) -> dict[str, Any]:
-    t = S3Transport(
-        S3Config.from_mapping(
-            {
-                "bucket": BUCKET,
-                "endpoint_url": url,
-                "max_concurrency": conc,
-                "read_timeout_s": 10.0,
-                "connect_timeout_s": 2.0,
-                "transfer_timeout_s": 0,
-                "access_key_id": CREDS["aws_access_key_id"],
-                "secret_access_key": CREDS["aws_secret_access_key"],
-            },
-            environ={},
-        )
+def fresh_hashes(tag: str, n: int) -> Iterator[list[str]]:
+    """Endless batches of page hashes never used before (a set of a stored page is a no-op)."""
+    k = 0
+    while True:
+        k += 1
+        yield [hashlib.sha256(f"{tag}-{k}-{i}".encode()).hexdigest() for i in range(n)]
+
+
+def bench_size(url: str, n: int, page_bytes: int, repeats: int) -> list[BenchResult]:
+    layers = page_bytes // (2 * HEADS * HEAD_DIM * 2 * TOKENS)
+    pool = MHAHostPool(
+        n * TOKENS,
+        TOKENS,
+        layers,
+        HEADS,
+        HEAD_DIM,
+        dtype=torch.bfloat16,
+        layout="page_first",
+        pin_memory=False,
     )
-    c = raw_client(url, conc)
-    pool = ThreadPoolExecutor(conc)
-    src = (ctypes.c_char * size)()
-    ctypes.memset(src, 0x5A, size)
-    dst = [(ctypes.c_char * size)() for _ in range(n)]
-    data = bytes(src.raw)
-    segs = [(ctypes.addressof(src), size)]
-    res: dict[str, list[tuple[float, ...]]] = {"set": [], "get": [], "exists": []}
+    pool.kv_buffer.view(torch.uint8).copy_(
+        torch.randint(0, 256, pool.kv_buffer.view(torch.uint8).shape, dtype=torch.uint8)
+    )
+    idx = torch.arange(n * TOKENS, dtype=torch.int64)
+    run = uuid.uuid4().hex[:8]
+    cfg = {
+        "bucket": BUCKET,
+        "endpoint_url": url,
+        "prefix": f"bench-{run}/",
+        "access_key_id": CREDS["aws_access_key_id"],
+        "secret_access_key": CREDS["aws_secret_access_key"],
+    }
+    s = S3Storage(HiCacheStorageConfig(model_name="bench/model", extra_config=cfg), {})
+    s.register_mem_pool_host(pool)
+    c = raw_client(url)
+    workers = ThreadPoolExecutor(CONCURRENCY)
+    body = bytes(pool.kv_buffer.view(torch.uint8).flatten()[:page_bytes].numpy())
+    stored = [hashlib.sha256(f"{run}-stored-{i}".encode()).hexdigest() for i in range(n)]
+    assert s.batch_set_v1(stored, idx) == [True] * n
+    raw_stored = [f"raw-{run}/stored/{i}" for i in range(n)]
+    list(workers.map(lambda k: c.put_object(Bucket=BUCKET, Key=k, Body=body), raw_stored))
+    ours_new, raw_new = fresh_hashes(f"{run}-ours", n), fresh_hashes(f"{run}-raw", n)
+    written_raw: list[str] = []
 
-    def put(k: str) -> Any:
-        return c.put_object(Bucket=BUCKET, Key=k, Body=data)
+    def ours_set() -> None:
+        assert s.batch_set_v1(next(ours_new), idx) == [True] * n
 
-    def get(k: str) -> Any:
-        return c.get_object(Bucket=BUCKET, Key=k)["Body"].read()
+    def raw_set() -> None:
+        keys = [f"raw-{run}/{h}" for h in next(raw_new)]
+        written_raw.extend(keys)
+        list(workers.map(lambda k: c.put_object(Bucket=BUCKET, Key=k, Body=body), keys))
 
-    def head(k: str) -> Any:
-        return c.head_object(Bucket=BUCKET, Key=k)
+    def ours_get() -> None:
+        assert s.batch_get_v1(stored, idx) == [True] * n
 
-    for rnd in range(rounds + 1):  # round 0 warms both sides up (connections, the write probe)
-        tag = uuid.uuid4().hex[:8]
-        ours = [f"o{tag}/{i}" for i in range(n)]
-        raws = [f"hicache/r{tag}/{i}" for i in range(n)]
-        seqs = [f"hicache/s{tag}/{i}" for i in range(n)]
-        full_ours = [t.prefix + k for k in ours]
-        for d in dst:  # a read that lands nothing must fail the check below
-            ctypes.memset(d, 0, size)
-        rows: dict[str, dict[str, float]] = {}
-        ops: dict[str, dict[str, Callable[[], Any]]] = {
-            "set": {
-                "ours": lambda: t.write(ours, [segs] * n),
-                "raw": lambda: list(pool.map(put, raws)),
-                "seq": lambda: [put(k) for k in seqs],
-            },
-            "get": {
-                "ours": lambda: t.read(ours, [[(ctypes.addressof(d), size)] for d in dst]),
-                "raw": lambda: list(pool.map(get, full_ours)),
-                "seq": lambda: [get(k) for k in full_ours],
-            },
-            "exists": {
-                "ours": lambda: t.exists(ours),
-                "raw": lambda: list(pool.map(head, full_ours)),
-                "seq": lambda: [head(k) for k in full_ours],
-            },
-        }
-        for op, variants in ops.items():
-            # ours and raw alternate which goes first (odd rounds: raw first), so that
-            # neither always follows the other's load on the server (e.g. exists after
-            # 64 MiB of GETs); the sequential loop, when asked for, runs last.
-            first = ["ours", "raw"] if rnd % 2 == 0 else ["raw", "ours"]
-            order = first + (["seq"] if sequential else [])
-            times = {v: timed(variants[v]) for v in order}
-            rows[op] = {
-                "ours": times["ours"][0],
-                "raw": times["raw"][0],
-                "seq": times["seq"][0] if sequential else 0.0,
-                "ours_cpu": times["ours"][1],
-                "raw_cpu": times["raw"][1],
-            }
-            if op == "get":
-                assert all(bytes(d.raw) == data for d in dst)
-        row = {op: (r["ours"], r["raw"], r["seq"], r["ours_cpu"], r["raw_cpu"]) for op, r in rows.items()}
-        for k, v in row.items():
-            if rnd:
-                res[k].append(v)
-        t.clear("")
-        c.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in raws + seqs]})
-    t.close()
-    pool.shutdown()
-    return res
+    def raw_get() -> None:
+        got = list(workers.map(lambda k: c.get_object(Bucket=BUCKET, Key=k)["Body"].read(), raw_stored))
+        assert all(len(g) == page_bytes for g in got)
 
+    def ours_exists() -> None:
+        assert s.batch_exists(stored) == n
 
-def report(label: str, n: int, size: int, res: dict[str, Any], sequential: bool) -> None:
-    for op, rows in res.items():
-        mb = n * size / 1e6
-        o = statistics.median(r[0] for r in rows)
-        r = statistics.median(r[1] for r in rows)
-        ratios = [x[1] / x[0] for x in rows]
-        cpu = statistics.median(x[4] for x in rows) / max(statistics.median(x[3] for x in rows), 1e-9)
-        line = (
-            f"{label:10s} {op:6s} {n:3d} x {size >> 10:5d} KiB  ours {o * 1e3:8.1f} ms"
-            f" ({mb / o if op != 'exists' else n / o:8.1f} {'MB/s' if op != 'exists' else 'op/s'})"
-            f"  raw {r * 1e3:8.1f} ms  ours/raw {r / o:5.2f} (spread {min(ratios):.2f}..{max(ratios):.2f},"
-            f" per-round median {statistics.median(ratios):.2f})  client CPU ours/raw {cpu:4.2f}"
-        )
-        if sequential:
-            s = statistics.median(x[2] for x in rows)
-            line += f"  vs sequential {s / o:5.2f}x"
-        print(line, flush=True)
+    def raw_exists() -> None:
+        list(workers.map(lambda k: c.head_object(Bucket=BUCKET, Key=k), raw_stored))
+
+    params = {
+        "pages": n,
+        "page_bytes": page_bytes,
+        "concurrency": CONCURRENCY,
+        "server": "moto_server" if "127.0.0.1" in url else url,
+    }
+    ops: list[tuple[str, Callable[[], None], Callable[[], None], int]] = [
+        ("set", ours_set, raw_set, n * page_bytes),
+        ("get", ours_get, raw_get, n * page_bytes),
+        ("exists", ours_exists, raw_exists, 0),
+    ]
+    kib = page_bytes >> 10
+    out: list[BenchResult] = []
+    for op, ours, raw, nbytes in ops:
+        for suffix, timer in (("", time.perf_counter), ("-cpu", time.process_time)):
+            h = Harness(f"s3-{op}-{kib}KiB{suffix}", params, timer=timer)
+            h.add("ours", ours, nbytes=nbytes)
+            h.add("raw_boto3", raw, nbytes=nbytes)
+            res = h.run(repeats=repeats, warmup=1)
+            res.print_table()
+            print(flush=True)
+            out.append(res)
+    s.clear()
+    for i in range(0, len(written_raw) + n, 1000):
+        chunk = (written_raw + raw_stored)[i : i + 1000]
+        if chunk:
+            c.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in chunk]})
+    s.close()
+    workers.shutdown()
+    return out
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--delay-ms", type=float, default=20.0)
-    ap.add_argument("--sizes", default="256k,8m", help="page sizes to run: 256k and/or 8m")
-    ap.add_argument("--paths", default="direct,proxy", help="direct and/or proxy (+delay)")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--sizes", default="256k,8m", help="page sizes: 256k (64 pages) and/or 8m (8 pages)")
+    ap.add_argument("--endpoint", default="", help="an S3 server of yours (bucket 'bench' must exist)")
+    ap.add_argument("--out", default="", help="write the run here (hicache-bench-run/1)")
     a = ap.parse_args()
     sizes = {"256k": (64, 256 << 10), "8m": (8, 8 << 20)}
-    todo = [sizes[x] for x in a.sizes.split(",")]
-    paths = a.paths.split(",")
-    srv = MotoServer()
-    srv.start()
-    proxy = None
-    try:
+    srv = None
+    url = a.endpoint
+    if not url:
+        srv = MotoServer()
+        srv.start()
         srv.make_bucket(BUCKET)
-        proxy = LatencyProxy(srv.port, a.delay_ms / 1000)
-        for n, size in todo:
-            if "direct" in paths:
-                report("direct", n, size, run(srv.url, n, size, a.concurrency, a.rounds, False), False)
-            if "proxy" in paths:
-                lbl = f"+{a.delay_ms:g}ms"
-                report(lbl, n, size, run(proxy.url, n, size, a.concurrency, a.rounds, True), True)
+        url = srv.url
+    try:
+        results: list[BenchResult] = []
+        for name in a.sizes.split(","):
+            n, size = sizes[name]
+            results += bench_size(url, n, size, a.repeats)
     finally:
-        if proxy is not None:
-            proxy.close()
-        srv.stop()
+        if srv is not None:
+            srv.stop()
+    if a.out:
+        server = "a moto_server started by the script" if srv is not None else "the server at --endpoint"
+        write_run(
+            results,
+            a.out,
+            notes=(
+                f"Against {server}, on the same machine. `-cpu` cases time the client's CPU "
+                "(every thread of the benchmark process; the server's excluded): there "
+                "'ours vs this' above 1 means ours spends less CPU for the same pages."
+            ),
+        )
 
 
 if __name__ == "__main__":
