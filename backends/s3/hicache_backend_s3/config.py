@@ -1,23 +1,39 @@
 """``S3Config``: the settings of the ``s3`` backend (environment prefix ``HICACHE_S3_``).
 
-* ``bucket`` (required): an existing bucket. It is created only with
-  ``create_bucket=True``; otherwise a missing bucket fails construction.
-* ``prefix``: every object name is ``prefix + name`` (default ``"hicache/"``); ``clear``
-  never removes anything outside it. It must end with ``/``, so that ``p/`` never
-  reaches ``p2/``'s objects; ``""`` is allowed (the whole bucket is ours).
-* ``endpoint_url``: an S3-compatible endpoint (``None``: AWS); ``region``;
-  ``addressing_style``: ``"auto"``, ``"path"`` or ``"virtual"``.
-* ``access_key_id`` / ``secret_access_key`` / ``session_token``: explicit credentials
-  (secret fields); when unset, the standard AWS chain (environment, profile, role) applies.
-* ``verify``: TLS verification (``False`` only for private test endpoints);
-  ``ca_bundle``: a CA bundle file for private endpoints (overrides ``verify=True``).
-* ``max_concurrency`` [16, 1..1024]: the most requests in flight per transport (all
+* ``bucket`` (required): an existing bucket, 3..63 characters. A missing bucket or
+  rejected credentials fail construction; an unreachable endpoint does not (calls miss,
+  the breaker opens, then recovers).
+* ``create_bucket`` [false]: create the bucket at construction when it is missing
+  (explicit opt-in).
+* ``prefix`` ["hicache/"]: every object name is ``prefix + name``; ``clear`` never
+  removes anything outside it. It must end with ``/``, so that ``p/`` never reaches
+  ``p2/``'s objects; ``""`` is allowed (the whole bucket is ours).
+* ``endpoint_url`` [none]: an S3-compatible endpoint (``https://...`` for TLS); none:
+  AWS.
+* ``region`` ["us-east-1"]: the signing region (and the bucket's ``LocationConstraint``
+  with ``create_bucket``).
+* ``addressing_style`` ["auto"]: ``"auto"``, ``"path"`` (most self-hosted stores) or
+  ``"virtual"``.
+* ``access_key_id`` / ``secret_access_key`` / ``session_token`` [none]: explicit
+  credentials (secret: never in reprs, logs or errors; the first two together or
+  neither); when unset, the standard AWS chain (environment, profile, role) applies.
+* ``verify`` [true]: TLS certificate verification (``false`` only for private test
+  endpoints).
+* ``ca_bundle`` [none]: a PEM CA bundle file for a private endpoint (must exist; not
+  with ``verify=false``). A certificate that does not verify is not a construction
+  error: a warning names ``verify`` / ``ca_bundle``, and calls miss with reason ``tls``.
+* ``max_concurrency`` [16, 1..1024]: the most requests in flight per backend (all
   caller threads together); the connection pool is sized to it.
-* ``connect_timeout_s`` / ``read_timeout_s`` [0.5 / 1.0 s]: per attempt.
-  ``max_attempts`` [3, 1..20]: the retry budget (botocore ``standard`` mode: throttling and
-  5xx, jittered exponential back-off); the attempts actually used are cut so that every
-  attempt and back-off fits the call's deadline (``exists_timeout_s`` /
-  ``transfer_timeout_s``), see :func:`attempts_within`.
+* ``connect_timeout_s`` / ``read_timeout_s`` [0.5 / 1.0 s]: per attempt (cut to
+  ``exists_timeout_s`` for existence queries).
+* ``max_attempts`` [3, 1..20]: the retry budget (botocore's ``standard`` mode:
+  throttling, 5xx and connection errors, jittered exponential back-off); the attempts
+  actually used are cut so that every attempt and back-off fits the call's deadline
+  (``exists_timeout_s`` / ``transfer_timeout_s``), see :func:`attempts_within`.
+* ``conditional_put`` ["auto"]: ``"auto"`` (probe ``If-None-Match: *`` once, at the
+  first write), ``"on"`` or ``"off"`` (HEAD-then-PUT, with a race: two writers may both
+  PUT the same page; both write the same bytes for the same key, so a reader still sees
+  one whole object).
 * ``exists_timeout_s`` [**2.0 s**, the shared default is 0.2 s]: an existence query here
   is HEAD requests over the network, not a local lookup: against real S3 a HEAD takes
   tens of ms with a tail in the hundreds, a cold connection adds TCP + TLS handshakes,
@@ -25,9 +41,9 @@
   batches would be abandoned (misses counted as ``deadline``, then the breaker opens);
   at 2 s an outage costs at most ``breaker_failures`` calls of 2 s before the breaker
   answers at once. Lower it for a nearby S3-compatible store (e.g. ``0.5``).
-* ``conditional_put``: ``"auto"`` (probe ``If-None-Match: *`` once), ``"on"`` or
-  ``"off"`` (HEAD-then-PUT, with a race: two writers may both PUT the same page; both write
-  the same bytes for the same key, so a reader still sees one whole object).
+* ``transfer_timeout_s`` [5.0 s]: the deadline of a get, set or delete, everything
+  included (a half-open probe, retries, reconnects); transfers are staged (a streamed
+  body can block inside the client library, so the transport is not cancellable).
 """
 
 from __future__ import annotations
