@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 
-# A C compiler and the Python headers build the file backend's small C extension (the
-# backend falls back to pure Python without them, but the test command requires it).
+# A C compiler and the Python headers build the optional C extensions (the Redis backend's
+# reader of values into page memory; everything falls back to pure Python without them).
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 # Mooncake's "non-cuda" wheel still links libibverbs.so.1 (no RDMA hardware needed with tcp).

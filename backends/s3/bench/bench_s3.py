@@ -12,7 +12,9 @@ Per page size (64 x 256 KiB, 8 x 8 MiB) and op, one interleaved harness run
   (``page_first``): ``batch_set_v1`` of fresh pages, ``batch_get_v1`` of stored ones,
   ``batch_exists`` of stored ones;
 * ``raw_boto3``: one boto3 client, a thread pool of the same 16 over ``put_object`` (the
-  page as ``bytes``), ``get_object()["Body"].read()``, ``head_object``.
+  page as ``bytes``), ``get_object()["Body"].read()``, ``head_object``;
+* ``transport``: the backend's ``S3Transport`` alone, called inline on the same page
+  memory (no adapter, no deadline, no staging): what the layers above it cost.
 
 Against a local server both sides are bound by the server, so the wall-clock ratio alone
 proves little: each case is also timed with the process's CPU clock (``-cpu`` cases: the
@@ -131,6 +133,21 @@ def bench_size(url: str, n: int, page_bytes: int, repeats: int) -> list[BenchRes
     def ours_exists() -> None:
         assert s.batch_exists(stored) == n
 
+    t = s.raw_transport
+    page_segs = [[(pool.kv_buffer.data_ptr() + i * page_bytes, page_bytes)] for i in range(n)]
+    t_stored = [f"transport/{h}" for h in stored]
+    assert t.write(t_stored, page_segs) == [True] * n
+    t_new = fresh_hashes(f"{run}-transport", n)
+
+    def transport_set() -> None:
+        assert t.write([f"transport/{h}" for h in next(t_new)], page_segs) == [True] * n
+
+    def transport_get() -> None:
+        assert t.read(t_stored, page_segs) == [True] * n
+
+    def transport_exists() -> None:
+        assert None not in t.exists(t_stored)
+
     def raw_exists() -> None:
         list(workers.map(lambda k: c.head_object(Bucket=BUCKET, Key=k), raw_stored))
 
@@ -140,23 +157,25 @@ def bench_size(url: str, n: int, page_bytes: int, repeats: int) -> list[BenchRes
         "concurrency": CONCURRENCY,
         "server": "moto_server" if "127.0.0.1" in url else url,
     }
-    ops: list[tuple[str, Callable[[], None], Callable[[], None], int]] = [
-        ("set", ours_set, raw_set, n * page_bytes),
-        ("get", ours_get, raw_get, n * page_bytes),
-        ("exists", ours_exists, raw_exists, 0),
+    ops: list[tuple[str, Callable[[], None], Callable[[], None], Callable[[], None], int]] = [
+        ("set", ours_set, raw_set, transport_set, n * page_bytes),
+        ("get", ours_get, raw_get, transport_get, n * page_bytes),
+        ("exists", ours_exists, raw_exists, transport_exists, 0),
     ]
     kib = page_bytes >> 10
     out: list[BenchResult] = []
-    for op, ours, raw, nbytes in ops:
+    for op, ours, raw, transport, nbytes in ops:
         for suffix, timer in (("", time.perf_counter), ("-cpu", time.process_time)):
             h = Harness(f"s3-{op}-{kib}KiB{suffix}", params, timer=timer)
             h.add("ours", ours, nbytes=nbytes)
             h.add("raw_boto3", raw, nbytes=nbytes)
+            h.add("transport", transport, nbytes=nbytes)
             res = h.run(repeats=repeats, warmup=1)
             res.print_table()
             print(flush=True)
             out.append(res)
     s.clear()
+    t.clear("transport/")
     for i in range(0, len(written_raw) + n, 1000):
         chunk = (written_raw + raw_stored)[i : i + 1000]
         if chunk:
