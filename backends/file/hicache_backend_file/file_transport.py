@@ -68,6 +68,32 @@ log = logging.getLogger(__name__)
 _MAX_DIRS = 1024
 
 
+#: A directory opened for ``fstatat`` only: never through a symlink (``O_NOFOLLOW`` with
+#: ``O_DIRECTORY`` refuses one with ``ENOTDIR``).
+_DIR_PATH_FLAGS = os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY)
+
+
+def _open_dir(root: int, rel: str, dirs: dict[str, int | OSError]) -> int | OSError:
+    """Directory ``rel`` (a validated name's directory part) opened beneath ``root``: its
+    last component relative to its parent, found (or opened) the same way in ``dirs``,
+    where every level is kept. The descriptor, or the ``OSError`` that stopped the walk."""
+    parent, _, comp = rel.rpartition("/")
+    pfd = root
+    if parent:
+        got = dirs.get(parent)
+        pfd_or_err = got if got is not None else _open_dir(root, parent, dirs)
+        if isinstance(pfd_or_err, OSError):
+            dirs[rel] = pfd_or_err
+            return pfd_or_err
+        pfd = pfd_or_err
+    try:
+        fd: int | OSError = os.open(comp, _DIR_PATH_FLAGS, dir_fd=pfd)
+    except OSError as e:
+        fd = e
+    dirs[rel] = fd
+    return fd
+
+
 def _close_dirs(dirs: dict[str, int | OSError]) -> None:
     """Close the descriptors of ``dirs`` and empty it."""
     for fd in dirs.values():
@@ -182,11 +208,13 @@ class FileTransport(ReadPath, WritePath, Transport):
 
     def _stat_sizes(self, keys: Sequence[str]) -> list[int | None]:
         """:meth:`_stat_size` for many names in one loop: ``fstatat`` of each name's last
-        component (``AT_SYMLINK_NOFOLLOW``) relative to its directory, which is resolved
-        beneath the root with no symlink followed (:meth:`.Beneath.open_dir`) once per
-        call and shared by every name in it. Absence (``ENOENT``, ``ENOTDIR``, on the
-        name or its directory) is ``None`` uncounted; any other failure is ``None`` and
-        counted."""
+        component (``AT_SYMLINK_NOFOLLOW``) relative to its directory. Directories are
+        opened once per call and shared by every name below them, each with one
+        ``O_NOFOLLOW`` open of its last component relative to its parent's descriptor
+        (the walk of :mod:`.beneath`, every level cached): nothing resolves through a
+        symlink. Absence (``ENOENT``, ``ENOTDIR``, on the name or a directory: a symlink
+        planted as a directory reads as ``ENOTDIR``) is ``None`` uncounted; any other
+        failure is ``None`` and counted."""
         out: list[int | None] = []
         append = out.append
         stat_, isreg, root = os.stat, stat.S_ISREG, self._root_fd
@@ -199,10 +227,7 @@ class FileTransport(ReadPath, WritePath, Transport):
                     if pfd is None:
                         if len(dirs) >= _MAX_DIRS:
                             _close_dirs(dirs)
-                        try:
-                            pfd = dirs[head] = self._fs.open_dir(head)
-                        except OSError as e:
-                            pfd = dirs[head] = e
+                        pfd = _open_dir(root, head, dirs)
                     if isinstance(pfd, OSError):
                         if not isinstance(pfd, (FileNotFoundError, NotADirectoryError)):
                             self._count(reason_of(pfd))
