@@ -1,0 +1,38 @@
+"""``hicache check s3`` certifies the backend against a real ``moto_server``, run as
+docs/backends/s3.md tells a user to: a subprocess, the default profile and matrix, the
+bucket created by the backend (``create_bucket``), the JSON report read (not only the
+exit code)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from hicache_conformance.run import run_check
+
+
+def test_s3_certifies_in_its_default_profile(moto: Any) -> None:
+    config = {
+        "bucket": f"check-{uuid.uuid4().hex[:8]}",
+        "create_bucket": True,
+        "endpoint_url": moto.url,
+        "access_key_id": "test",
+        "secret_access_key": "test",
+    }
+    res = run_check("s3", config)
+    assert res.ok, (res.failures, res.output[-3000:])
+    assert res.summary_line == "s3: PASS (profile strict)"
+    assert res.report["profile"] == "strict"
+    totals = res.totals
+    assert totals["failed"] == 0 and totals["passed"] >= 70, totals
+    skipped = res.outcomes("skipped")
+    # fault injection (3 L4 tests: no hooks from the command line), capacity (a bucket has
+    # no byte limit of ours), and the SGLang naming vectors (the default scheme runs)
+    assert len(skipped) == 7, skipped
+    assert all(
+        r.startswith("Skipped: backend does not declare") or "default key scheme" in r
+        for r in skipped.values()
+    ), skipped
+    verified = res.report["capabilities"]["verified"]
+    for cap in ("persistent", "shared_across_processes", "delete", "zero_copy"):
+        assert verified[cap] == "verified", (cap, verified)
