@@ -11,8 +11,8 @@ value and its CRLF as one blocking ``MSG_WAITALL`` ``recvmsg`` over every segmen
 It runs on plain (blocking) sockets only, and under a cancel token only where the
 connection's interrupter can end a blocked call (:meth:`.resp.Connection.watch`): the call
 runs inside one ``cancel.guard()``, which ``cancel()`` waits for after the interrupter has
-shut the socket down (the blocked receive then returns at once). TLS sockets, and ``ASKING``
-reads on a cluster, use the Python reader.
+shut the socket down (the blocked receive then returns at once). TLS sockets use the Python
+reader.
 
 What the connection had buffered is handed to the call, and what the call received past
 the last reply it parsed is put back: the connection's buffer is the same afterwards as if

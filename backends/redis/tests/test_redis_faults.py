@@ -3,16 +3,14 @@ the reply not yet), down, restarted empty, unreachable at construction."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from _redis_servers import RedisServer, free_port
+from _redis_servers import RedisServer, call, free_port
 from hicache_backend_redis import RedisConfig, RedisTransport
-from hicache_backend_redis.resp import Connection, command
 
 from hicache_sdk import TransportError
 
@@ -30,12 +28,9 @@ def server() -> Iterator[RedisServer]:
 def _sleep_server(srv: RedisServer, seconds: float) -> threading.Thread:
     def run() -> None:
         try:
-            c = Connection(socket.create_connection(("127.0.0.1", srv.port), 2), 10)
-            c.send([command("DEBUG", "SLEEP", seconds)])
-            c.reply()
-            c.close()
-        except OSError:
-            pass  # killed while sleeping: expected
+            call(srv.port, "DEBUG", "SLEEP", seconds)
+        except Exception:  # killed while sleeping: expected
+            pass
 
     th = threading.Thread(target=run, daemon=True)
     th.start()
