@@ -63,13 +63,11 @@ else:
     _QUIET["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
 
 
-def redis_kwargs(
-    ep: Endpoint, cfg: RedisConfig, *, address: tuple[str, int] | None = None, timeout: float | None = None
-) -> dict[str, Any]:
-    """``redis.Redis(**kwargs)`` for the endpoint (or ``address``, a node of it): its
-    credentials, database and TLS trust; ``socket_timeout`` ``timeout`` (default
-    ``socket_timeout_s``), ``socket_connect_timeout`` ``connect_timeout_s``; no retries, no
-    ``CLIENT SETINFO``."""
+def redis_kwargs(ep: Endpoint, cfg: RedisConfig, *, timeout: float | None = None) -> dict[str, Any]:
+    """``redis.Redis(**kwargs)`` for the endpoint: its address (none for a sentinel's
+    master), credentials, database and TLS trust; ``socket_timeout`` ``timeout`` (default
+    ``socket_timeout_s``), ``socket_connect_timeout`` ``connect_timeout_s``; no retries, none
+    of the extra round trips of :data:`_QUIET`."""
     kw: dict[str, Any] = {
         "username": ep.username,
         "password": ep.password,
@@ -79,9 +77,7 @@ def redis_kwargs(
         "retry": Retry(NoBackoff(), 0),
         **_QUIET,
     }
-    if address is not None:
-        kw["host"], kw["port"] = address
-    elif ep.unix_path:
+    if ep.unix_path:
         kw["unix_socket_path"] = ep.unix_path
     elif not ep.sentinels:
         kw["host"], kw["port"] = ep.host, ep.port
@@ -113,6 +109,11 @@ def sentinel(ep: Endpoint, cfg: RedisConfig, timeout: float | None = None) -> Se
 
 
 def _text(e: BaseException) -> str:
+    """What went wrong, in a few words: an ``OSError``'s own (``connection refused``),
+    also when redis-py wrapped it in its ``ConnectionError``."""
+    cause = e.__cause__ or e.__context__
+    if not isinstance(e, OSError) and isinstance(cause, OSError):
+        e = cause
     if isinstance(e, OSError) and e.strerror:
         return e.strerror.lower()
     return str(e) or type(e).__name__
@@ -139,7 +140,7 @@ def transport_error(e: BaseException, what: str, where: str) -> TransportError:
     if isinstance(e, (rex.ClusterError, rex.RedisClusterException, rex.TryAgainError)):
         return TransportError(f"redis {what}: {e}{at}", reason="cluster")
     if isinstance(e, (OSError, rex.ConnectionError, MasterNotFoundError)):
-        return TransportError(f"redis {what}: {_text(e)}{at}", reason="connection")
+        return TransportError(f"redis {what}: {_text(e)}: {where}", reason="connection")
     if isinstance(e, (ReplyError, rex.ResponseError)):
         msg = str(e)
         reason = (

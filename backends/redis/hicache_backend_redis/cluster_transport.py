@@ -44,8 +44,8 @@ from .client import closing, redis_kwargs, transport_error
 from .config import RedisConfig, redact_url
 from .frames import set_nx_suffix
 from .mget import chunk_keys, stream_mget
-from .pool import Address, Pool, where
-from .redis_transport import RedisTransport, clear_matching, glob_escape, run_together
+from .pool import Pool, where
+from .redis_transport import RedisTransport, clear_matching, glob_escape, run_together, same
 from .resp import CancelGuard, ReplyError, views_of
 
 __all__ = ["RedisClusterTransport"]
@@ -147,7 +147,7 @@ class RedisClusterTransport(RedisTransport):
         with self._lock:
             p = self._pools.get(node)
             if p is None:
-                p = self._pools[node] = Pool(partial(_same, node), self.endpoint, self.config, self._ctx)
+                p = self._pools[node] = Pool(partial(same, node), self.endpoint, self.config, self._ctx)
             return p
 
     @property
@@ -393,10 +393,6 @@ class RedisClusterTransport(RedisTransport):
 
     def __repr__(self) -> str:
         return f"RedisClusterTransport(url={redact_url(self.config.url)!r}, key_prefix={self.config.key_prefix!r})"
-
-
-def _same(node: Address) -> Address:
-    return node
 
 
 def _redirected(e: BaseException, other: Any = False) -> Any:

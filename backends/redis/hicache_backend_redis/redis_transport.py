@@ -64,7 +64,7 @@ from .mget import ONE_AT_A_TIME, PIPELINED, chunk_keys, stream_mget
 from .pool import Address, Pool
 from .resp import CancelGuard, Connection, ReplyError, views_of
 
-__all__ = ["RedisTransport", "glob_escape", "run_together"]
+__all__ = ["RedisTransport", "clear_matching", "glob_escape", "run_together", "same"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -134,7 +134,7 @@ class RedisTransport(Transport):
         else:
             self._client = redis.Redis(**redis_kwargs(ep, config))
             fixed: Address = ep.unix_path or (ep.host, ep.port)
-            resolve = partial(_same, fixed)
+            resolve = partial(same, fixed)
         self._pool = Pool(resolve, ep, config, self._ctx)
         if probe:
             try:
@@ -389,7 +389,8 @@ class RedisTransport(Transport):
         return f"RedisTransport(url={redact_url(self.config.url)!r}, key_prefix={self.config.key_prefix!r})"
 
 
-def _same(address: Address) -> Address:
+def same(address: Address) -> Address:
+    """``address`` (a ``resolve`` for a data pool whose server does not move)."""
     return address
 
 

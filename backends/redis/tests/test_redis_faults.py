@@ -111,3 +111,30 @@ def test_unreachable_at_construction_is_not_an_error() -> None:
     finally:
         t.close()
         srv.close()
+
+
+def test_io_failures_are_declared_and_name_the_address() -> None:
+    """redis-py's I/O exceptions are the transports' ``io_errors``; a refused connection is
+    a TransportError (reason ``connection``) whose message names the address, on the data
+    path (our sockets) and on redis-py's (exists)."""
+    import redis
+    from hicache_backend_redis.cluster_transport import RedisClusterTransport
+
+    for cls in (RedisTransport, RedisClusterTransport):
+        assert {redis.ConnectionError, redis.TimeoutError} <= set(cls.io_errors)
+        assert issubclass(redis.AuthenticationError, cls.io_errors)
+    port = free_port()
+    t = RedisTransport(RedisConfig(url=f"redis://127.0.0.1:{port}/0", connect_timeout_s=0.5))
+    try:
+        a = np.zeros(10, np.uint8)
+        for call_ in (
+            lambda: t.read(["k"], [_segs(a)]),
+            lambda: t.write(["k"], [_segs(a)]),
+            lambda: t.exists(["k"]),
+        ):
+            with pytest.raises(TransportError) as ei:
+                call_()
+            assert ei.value.reason == "connection"
+            assert str(ei.value).endswith(f": connection refused: 127.0.0.1:{port}"), str(ei.value)
+    finally:
+        t.close()
