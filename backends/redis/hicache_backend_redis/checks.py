@@ -134,13 +134,17 @@ def check_rights(
         if node is None:
             closing(client)
     read, second = got[0], got[1]
-    if isinstance(read, (rex.MovedError, rex.AskError)) and not cluster:
+    # a redirect (redis-py 5 raises MovedError from its cluster parser only)
+    moved = isinstance(read, rex.AskError) or (
+        isinstance(read, rex.ResponseError) and str(read).startswith(("MOVED ", "ASK "))
+    )
+    if moved and not cluster:
         raise ConfigError(f"cluster: the server at {shown} is a node of a Redis Cluster; set cluster: true")
     if isinstance(read, rex.NoPermissionError):
         raise ConfigError(
             f"username: this ACL user may not read keys under key_prefix {cfg.key_prefix!r} ({read})"
         )
-    if isinstance(read, rex.ResponseError) and not isinstance(read, (rex.MovedError, rex.AskError)):
+    if isinstance(read, rex.ResponseError) and not moved:
         raise ConfigError(f"url: the server at {shown} refused a read ({read})")
     if cluster and isinstance(second, rex.NoPermissionError):
         raise ConfigError(f"username: this ACL user may not run CLUSTER SLOTS ({second})")
