@@ -293,7 +293,9 @@ def main() -> None:
     ap.add_argument("--pages", type=int, nargs="+", default=[128, 32], help="pages per batch, per page size")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None, help="write the results here as a JSON list")
-    ap.add_argument("--record", default=None, help="write the run for the docs (e.g. docs/results/redis.json)")
+    ap.add_argument(
+        "--record", default=None, help="write the run for the docs (e.g. docs/results/redis.json)"
+    )
     ap.add_argument("--lmcache-dir", default=None, help="an unpacked lmcache-0.5.6 wheel: adds the peer")
     ap.add_argument("--peer-workers", type=int, default=4)
     ap.add_argument("--cluster", action="store_true", help="also a 3-master cluster, first page size only")

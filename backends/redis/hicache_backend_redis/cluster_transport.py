@@ -9,7 +9,8 @@ over a Redis Cluster's masters.
   caller being one); results come back in key order. ``read`` and ``write`` go over data
   connections of our own to each master (streamed ``MGET`` grouped by slot, since Cluster
   refuses a cross-slot ``MGET``; pipelined ``SET NX``), so :attr:`round_trips` counts one
-  per node. ``exists`` and ``delete`` are redis-py pipelines on each master's client.
+  per node. ``exists`` and ``delete`` go through each master's redis-py client, one write
+  of commands each (:func:`.client.run_commands`).
 * A key answered with ``MOVED`` or ``ASK`` (a slot moving or moved) is retried once through
   redis-py's cluster client, which follows the redirect (``ASKING`` included) and, on
   ``MOVED``, refreshes its slot map; the next batch goes to the new owner. The value goes
@@ -40,7 +41,7 @@ from hicache_sdk import ConfigError, Segments, TransportError
 from hicache_sdk.kit.segments import memoryviews
 
 from .checks import check_data_connection, check_rights
-from .client import closing, redis_kwargs, transport_error
+from .client import closing, redis_kwargs, run_commands, transport_error
 from .config import RedisConfig, redact_url
 from .frames import set_nx_suffix
 from .mget import chunk_keys, stream_mget
@@ -235,10 +236,7 @@ class RedisClusterTransport(RedisTransport):
         names = [self._prefix + k.encode() for k in keys]
 
         def part(node: Node, idx: list[int]) -> list[Any]:
-            pipe = self._node_client(node).pipeline(transaction=False)
-            for i in idx:
-                pipe.strlen(names[i])
-            got = pipe.execute(raise_on_error=False)
+            got = run_commands(self._node_client(node), [("STRLEN", names[i]) for i in idx])
             return [_redirected(r, None) if isinstance(r, Exception) else r or None for r in got]
 
         def redirect(rc: RedisCluster, i: int) -> int | None:
@@ -336,13 +334,8 @@ class RedisClusterTransport(RedisTransport):
         names = [self._prefix + k.encode() for k in keys]
 
         def part(node: Node, idx: list[int]) -> list[Any]:
-            pipe = self._node_client(node).pipeline(transaction=False)
-            for i in idx:
-                pipe.unlink(names[i])
-            return [
-                _redirected(r) if isinstance(r, Exception) else True
-                for r in pipe.execute(raise_on_error=False)
-            ]
+            got = run_commands(self._node_client(node), [("UNLINK", names[i]) for i in idx])
+            return [_redirected(r) if isinstance(r, Exception) else True for r in got]
 
         try:
             self._execute("delete", names, part, False, lambda rc, i: bool(rc.unlink(names[i])) or True)

@@ -1,7 +1,7 @@
 """``RedisTransport``: pages as Redis string values, one value per object.
 
-redis-py carries everything but the pages: the checks at construction, ``exists`` (a
-pipeline of ``STRLEN``), ``delete``, ``clear`` (``SCAN`` + ``UNLINK``), ``health``
+redis-py carries everything but the pages: the checks at construction, ``exists`` (one
+write of ``STRLEN`` commands, :func:`.client.run_commands`), ``delete``, ``clear`` (``SCAN`` + ``UNLINK``), ``health``
 (``PING``), and with ``redis+sentinel://`` the master's address (asked of the sentinels for
 every new data connection, so a failover is followed). The pages move over data connections
 of our own to that server (:mod:`.pool`):
@@ -57,7 +57,7 @@ from hicache_sdk import Capabilities, Segments, Transport, TransportError
 from hicache_sdk.kit.batches import first_occurrences
 
 from .checks import check_data_connection, check_rights, check_sentinels
-from .client import IO_ERRORS, closing, redis_kwargs, sentinel, transport_error
+from .client import IO_ERRORS, closing, redis_kwargs, run_commands, sentinel, transport_error
 from .config import Endpoint, RedisConfig, parse_endpoint, redact_url, tls_context
 from .frames import set_nx_frame
 from .mget import ONE_AT_A_TIME, PIPELINED, chunk_keys, stream_mget
@@ -233,17 +233,18 @@ class RedisTransport(Transport):
 
     # -- Transport -----------------------------------------------------------------------
     def exists(self, keys: Sequence[str]) -> list[int | None]:
-        """One pipeline of ``STRLEN`` (redis-py), one round trip; ``0`` means absent (no
-        stored object is empty)."""
+        """``STRLEN`` of every key in one write and one round trip (redis-py); ``0`` means
+        absent (no stored object is empty). An error reply fails the batch."""
         if not keys:
             return []
         p = self._prefix
 
         def run(r: Any) -> list[int | None]:
-            pipe = r.pipeline(transaction=False)
-            for k in keys:
-                pipe.strlen(p + k.encode())
-            return [n if n else None for n in pipe.execute()]
+            got = run_commands(r, [("STRLEN", p + k.encode()) for k in keys])
+            for x in got:
+                if isinstance(x, Exception):
+                    raise x
+            return [n or None for n in got]
 
         return self._redis("exists", run)
 
