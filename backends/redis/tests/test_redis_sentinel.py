@@ -87,7 +87,7 @@ def test_follows_a_failover(sentinel_setup: tuple[RedisServer, RedisServer, int]
     try:
         old = np.full(3000, 7, np.uint8)
         assert t.write(["old"], [_segs(old)]) == [True]
-        assert _call(master.port, "WAIT", 1, 5000) == 1  # replicated before the failover
+        _until(lambda: _call(master.port, "WAIT", 1, 1000) == 1, "replication")  # before the failover
         assert _call(sport, "SENTINEL", "failover", "svc") in (True, b"OK")
 
         def moved() -> bool:
