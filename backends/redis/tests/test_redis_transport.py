@@ -206,3 +206,24 @@ def test_batches_split_into_contiguous_parts_of_about_equal_bytes(sizes: list[in
     for i in range(len(sizes)):
         rule[min(k - 1, sum(sizes[:i]) * k // total)].append(i)
     assert split_parts(sizes, k) == [p for p in rule if p]
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["compiled-reader", "python-reader"])
+def test_both_readers_serve_the_transport(
+    make_transport: Make, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, native: bool
+) -> None:
+    """The compiled reader is optional: with it switched off (as in a build without a
+    compiler) a batch over several connections reads the same bytes, misses included."""
+    from hicache_backend_redis import native_mget
+
+    if native and native_mget._bulkread is None:
+        pytest.skip("the compiled reader is not built")
+    monkeypatch.setattr(native_mget, "NATIVE", native)
+    t = make_transport(key_prefix=f"t:{request.node.name}:", parallel_connections=3)
+    pages = [pattern(50 + i, (1 << 20) + i) for i in range(8)]  # 8 MiB: split over 3 connections
+    keys = [f"r{i}" for i in range(8)]
+    assert t.write(keys[:6], [segs(p, 3) for p in pages[:6]]) == [True] * 6
+    out = [np.zeros_like(p) for p in pages]
+    assert t.read(keys, [segs(o, 2) for o in out]) == [True] * 6 + [False] * 2
+    assert all(np.array_equal(out[i], pages[i]) for i in range(6))
+    assert not out[6].any() and not out[7].any()
