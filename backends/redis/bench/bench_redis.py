@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import select
+import shlex
 import shutil
 import subprocess
 import sys
@@ -327,12 +328,15 @@ def main() -> None:
             json.dump([r.to_json() for r in results], f, indent=1)
     if args.record:
         peer = "LMCache 0.5.6's native RESP client (4 workers)" if args.lmcache_dir else "no peer"
+        argv = ["LMCACHE_DIR" if a == args.lmcache_dir else a for a in sys.argv]  # no local path in the docs
         write_run(
             results,
             args.record,
+            command=shlex.join(["python", *argv]),
             notes=f"redis-server on loopback, started by the script; peer: {peer}; raw: redis-py "
-            f"{redis.__version__} (hiredis). Each operation is two tables of the same run: ours, "
-            "ours_inline (no deadline) and the peer in interleaved rounds, then ours against raw redis-py.",
+            f"{redis.__version__} (hiredis); LMCACHE_DIR: an unpacked lmcache-0.5.6 wheel. Each operation "
+            "is two tables of the same run: ours, ours_inline (no deadline) and the peer in interleaved "
+            "rounds, then ours against raw redis-py.",
         )
 
 

@@ -59,10 +59,10 @@ from hicache_sdk.kit.batches import first_occurrences
 from .checks import check_data_connection, check_rights, check_sentinels
 from .client import IO_ERRORS, closing, redis_kwargs, run_commands, sentinel, transport_error
 from .config import Endpoint, RedisConfig, parse_endpoint, redact_url, tls_context
-from .frames import set_nx_frame
 from .mget import ONE_AT_A_TIME, PIPELINED, chunk_keys, stream_mget
 from .pool import Address, Pool
-from .resp import CancelGuard, Connection, ReplyError, views_of
+from .resp import CancelGuard, Connection, ReplyError
+from .writes import frames, write_lanes, write_part
 
 __all__ = ["RedisTransport", "clear_matching", "glob_escape", "run_together", "same"]
 
@@ -285,46 +285,20 @@ class RedisTransport(Transport):
     def _write_distinct(
         self, keys: Sequence[str], buffers: Sequence[Segments], cancel: CancelGuard | None
     ) -> list[bool]:
-        p = self._prefix
         sizes = [sum(map(_nbytes, segs)) for segs in buffers]
         out = [False] * len(keys)
         # Big values go write_window at a time per connection (see RedisConfig.write_window).
         window = self.config.write_window if max(sizes) >= _BIG_VALUE else 0
+        heads, tail = frames([self._prefix + k.encode() for k in keys], sizes, self._ttl_ms, window)
 
-        def one(i: int) -> list[bytes | memoryview]:
-            head, tail = set_nx_frame(p + keys[i].encode(), sizes[i], self._ttl_ms, window > 0)
-            return [head, *views_of(buffers[i]), tail]
-
-        def answer(c: Connection, i: int) -> None:
-            try:
-                c.reply()  # OK / :1, or nil / :0 when the key already existed (NX)
-                out[i] = True
-            except ReplyError as e:
-                log.debug("redis SET refused: %s", e)
-                if str(e).startswith("READONLY"):  # a failover demoted this server
-                    c.broken = True
-                    self._pool.drop_idle()
-
-        def windowed(lanes: list[tuple[Connection, Sequence[int]]], first: bool) -> None:
-            # Each lane (a connection and its values, in order) keeps `window` values in
-            # flight: its first window in one flush, then the next value as each reply
-            # arrives. Lane 0's flushes are round trips of the batch (when `first`).
-            for j, (c, idx) in enumerate(lanes):
-                c.send([x for i in idx[:window] for x in one(i)], counted=first and j == 0, cancel=cancel)
-            for n in range(max(len(idx) for _, idx in lanes)):  # the n-th reply of each lane
-                for j, (c, idx) in enumerate(lanes):
-                    if n < len(idx):
-                        answer(c, idx[n])
-                        if n + window < len(idx):
-                            c.send(one(idx[n + window]), counted=first and j == 0, cancel=cancel)
+        def refused(c: Connection, e: ReplyError) -> None:
+            log.debug("redis SET refused: %s", e)
+            if str(e).startswith("READONLY"):  # a failover demoted this server
+                c.broken = True
+                self._pool.drop_idle()
 
         def part(c: Connection, idx: list[int], first: bool) -> None:
-            if window:
-                windowed([(c, idx)], first)
-                return
-            c.send([x for i in idx for x in one(i)], counted=first, cancel=cancel)
-            for i in idx:
-                answer(c, i)
+            write_part(c, idx, heads, tail, buffers, window, out, cancel, counted=first, refused=refused)
 
         def run(cs: list[Connection]) -> list[bool]:
             self._concurrently(cs, sizes, part, cancel)
@@ -335,7 +309,8 @@ class RedisTransport(Transport):
             with contextlib.ExitStack() as watching:
                 for c in cs:
                     watching.enter_context(c.watch(cancel))
-                windowed([(c, range(j, len(keys), len(cs))) for j, c in enumerate(cs)], True)
+                lanes = [(c, range(j, len(keys), len(cs))) for j, c in enumerate(cs)]
+                write_lanes(lanes, heads, tail, buffers, window, out, cancel, counted=True, refused=refused)
             return out
 
         parts = self._parts(sizes)

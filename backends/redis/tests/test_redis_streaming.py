@@ -195,6 +195,7 @@ def test_a_guarded_read_lands_whole(server: RedisServer) -> None:
         out, osegs = _pages(16, 512 << 10)
         out[:] = 0
         assert t.read(keys, osegs, tok) == [True] * 16
-        assert np.array_equal(out, src) and tok.guards > 16
+        # every part of the write and of the read ran under the guard (at least once each)
+        assert np.array_equal(out, src) and tok.guards >= 2 * 4
     finally:
         t.close()
