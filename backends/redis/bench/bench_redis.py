@@ -1,7 +1,9 @@
-"""Benchmark of the redis backend against raw redis-py on the same data, in one run.
+"""Benchmark of the redis backend against LMCache's native RESP client and raw redis-py on
+the same data, in one run.
 
-    .venv/bin/python backends/redis/bench/bench_redis.py --out bench-redis.json
-    options: --page-kib 256 8192  --pages 128 32  --repeats 5
+    pip download lmcache==0.5.6 --no-deps -d /tmp/lmc && (cd /tmp/lmc && unzip -q lmcache-0.5.6-*.whl 'lmcache/*')
+    python backends/redis/bench/bench_redis.py --lmcache-dir /tmp/lmc --repeats 11 --record docs/results/redis.json
+    options: --page-kib 256 8192  --pages 128 32  --repeats 5  --out FILE (the results as a JSON list)
 
 Starts its own ``redis-server`` (free loopback port, no persistence; killed at the end).
 Variants (ratios are of median times; ours/raw <= 1.11 means >= 90 % of raw throughput):
@@ -22,7 +24,11 @@ Each operation is two tables measured one after the other in the same run: ours,
 ``...-vs-raw``). Raw redis-py's ``MGET`` of a whole batch makes the single-threaded server
 build one 32 MiB reply, which slowed whichever call came next by 10-40 % (ours and the peer
 alike, by how much varied run to run); in its own table it cannot tilt the comparison with the
-peer. ``--one-table`` puts all four in the same rounds (the layout before 2026-12-01 16:50 UTC).
+peer. ``--one-table`` puts all four in the same rounds.
+
+``--record docs/results/redis.json`` writes the run (``hicache_sdk.bench.harness.write_run``:
+the command, the date, every case) for ``scripts/gen_bench_docs.py`` to render into
+``docs/backends/redis.md``.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import hashlib
 import json
 import os
 import select
+import shlex
 import shutil
 import subprocess
 import sys
@@ -46,6 +53,7 @@ import torch
 from hicache_backend_redis import RedisStorage
 
 from hicache_sdk.bench import Harness
+from hicache_sdk.bench.harness import write_run
 from hicache_sdk.hostpool import MHAHostPool
 from hicache_sdk.spec import HiCacheStorageConfig
 
@@ -285,7 +293,10 @@ def main() -> None:
     ap.add_argument("--page-kib", type=int, nargs="+", default=[256, 8192])
     ap.add_argument("--pages", type=int, nargs="+", default=[128, 32], help="pages per batch, per page size")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="write the results here as a JSON list")
+    ap.add_argument(
+        "--record", default=None, help="write the run for the docs (e.g. docs/results/redis.json)"
+    )
     ap.add_argument("--lmcache-dir", default=None, help="an unpacked lmcache-0.5.6 wheel: adds the peer")
     ap.add_argument("--peer-workers", type=int, default=4)
     ap.add_argument("--cluster", action="store_true", help="also a 3-master cluster, first page size only")
@@ -315,6 +326,18 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump([r.to_json() for r in results], f, indent=1)
+    if args.record:
+        peer = "LMCache 0.5.6's native RESP client (4 workers)" if args.lmcache_dir else "no peer"
+        argv = ["LMCACHE_DIR" if a == args.lmcache_dir else a for a in sys.argv]  # no local path in the docs
+        write_run(
+            results,
+            args.record,
+            command=shlex.join(["python", *argv]),
+            notes=f"redis-server on loopback, started by the script; peer: {peer}; raw: redis-py "
+            f"{redis.__version__} (hiredis); LMCACHE_DIR: an unpacked lmcache-0.5.6 wheel. Each operation "
+            "is two tables of the same run: ours, ours_inline (no deadline) and the peer in interleaved "
+            "rounds, then ours against raw redis-py.",
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 /*
  * hicache_backend_redis._bulkread: a part's streamed MGET replies received straight into
- * page memory, with the GIL released once for the whole run.
+ * page memory, and a part's writes sent straight from it, with the GIL released once for
+ * the whole run.
  *
  * stream(fd, buffered, keys, counts, values, results,
  *        reply, sent, ahead, ahead_max, low_water, min_in_flight)
@@ -38,6 +39,18 @@
  *
  *   A signal (EINTR) runs Python's handlers (with the GIL, in the main thread) and resumes;
  *   an exception from a handler propagates (the connection must then be discarded).
+ *
+ * write(fd, buffered, heads, tail, values, results, reply, sent, window)
+ *     -> (code, detail, reply, sent, leftover)
+ *
+ *   A part's create-if-absent writes: value v is sent as heads[v] (bytes: "SETNX key" or
+ *   "SET key" and the value's length), its segments (sent from that memory) and tail
+ *   (the bytes after every value), with at most `window` values whose reply is not read
+ *   yet; then its reply is read: ":n", "+OK" or "$-1" (written, or the key was there) is
+ *   HIT. reply, sent: where the run resumes. Codes as for stream(): STOP leaves an error
+ *   reply ("-OOM ...", "-READONLY ...") unread at the start of `leftover`, for the caller to
+ *   read and resume after; any other reply is PROTOCOL. No byte of any value is read once
+ *   the call has returned.
  */
 #include "_bulkread.h"
 
@@ -297,10 +310,110 @@ out:
     return ret;
 }
 
+/* write(): see the module docs above. */
+static PyObject *write_values(PyObject *self, PyObject *args) {
+    (void)self;
+    int fd;
+    Py_buffer buffered, tail, results;
+    PyObject *heads_in, *values_in;
+    Py_ssize_t reply, sent, window;
+    if (!PyArg_ParseTuple(args, "iy*Oy*Ow*nnn", &fd, &buffered, &heads_in, &tail, &values_in, &results, &reply,
+                          &sent, &window)) {
+        return NULL;
+    }
+    PyObject *ret = NULL, *heads = NULL, *values = NULL;
+    const char **hp = NULL;
+    size_t *hl = NULL, *sizes = NULL;
+    Py_ssize_t *seg_at = NULL;
+    seg_t *segs = NULL;
+    struct iovec *iov = NULL;
+    char *buf = NULL;
+    heads = PySequence_Fast(heads_in, "heads must be a sequence of bytes");
+    values = heads ? PySequence_Fast(values_in, "values must be a sequence of segments") : NULL;
+    if (values == NULL) {
+        goto out;
+    }
+    Py_ssize_t nv = PySequence_Fast_GET_SIZE(values);
+    if (PySequence_Fast_GET_SIZE(heads) != nv || results.len != nv || reply < 0 || sent < reply || sent > nv ||
+        window < 1 || buffered.len > (Py_ssize_t)RECV) {
+        PyErr_SetString(PyExc_ValueError, "heads, results, reply, sent, window or buffered out of range");
+        goto out;
+    }
+    hp = PyMem_Malloc((size_t)(nv + 1) * sizeof(char *));
+    hl = PyMem_Malloc((size_t)(nv + 1) * sizeof(size_t));
+    seg_at = PyMem_Malloc((size_t)(nv + 1) * sizeof(Py_ssize_t));
+    sizes = PyMem_Malloc((size_t)(nv + 1) * sizeof(size_t));
+    buf = PyMem_Malloc(RECV);
+    if (!hp || !hl || !seg_at || !sizes || !buf) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    PyObject **head_items = PySequence_Fast_ITEMS(heads);
+    for (Py_ssize_t i = 0; i < nv; i++) {
+        if (!PyBytes_Check(head_items[i])) {
+            PyErr_Format(PyExc_ValueError, "head %zd must be bytes", i);
+            goto out;
+        }
+        hp[i] = PyBytes_AS_STRING(head_items[i]);
+        hl[i] = (size_t)PyBytes_GET_SIZE(head_items[i]);
+    }
+    if (parse_values(values, nv, &segs, seg_at, sizes) < 0) {
+        goto out;
+    }
+    Py_ssize_t most = 0;
+    for (Py_ssize_t i = 0; i < nv; i++) {
+        most = seg_at[i + 1] - seg_at[i] > most ? seg_at[i + 1] - seg_at[i] : most;
+    }
+    iov = PyMem_Malloc((size_t)(most + 2) * sizeof(struct iovec));
+    if (iov == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    memcpy(buf, buffered.buf, (size_t)buffered.len);
+    rd_t r = {fd, buf, 0, (size_t)buffered.len, NULL, 0, NULL};
+    wplan_t p = {nv,   hp, hl, tail.buf, (size_t)tail.len, segs, seg_at, iov, (unsigned char *)results.buf,
+                 reply, sent, window};
+    r.ts = PyEval_SaveThread();
+    int code = bulkwrite_run(&r, &p);
+    PyEval_RestoreThread(r.ts);
+    if (code == SIGNAL) {
+        goto out;
+    }
+    PyObject *detail;
+    if (code == OSERROR) {
+        detail = PyLong_FromLong(r.err);
+    } else if (code == PROTOCOL) {
+        detail = PyUnicode_FromString(r.msg);
+    } else {
+        detail = Py_NewRef(Py_None);
+    }
+    if (detail == NULL) {
+        goto out;
+    }
+    ret = Py_BuildValue("(iNnny#)", code, detail, p.reply, p.sent, buf + r.start, (Py_ssize_t)(r.end - r.start));
+out:
+    PyBuffer_Release(&buffered);
+    PyBuffer_Release(&tail);
+    PyBuffer_Release(&results);
+    Py_XDECREF(heads);
+    Py_XDECREF(values);
+    PyMem_Free(hp);
+    PyMem_Free(hl);
+    PyMem_Free(seg_at);
+    PyMem_Free(sizes);
+    PyMem_Free(segs);
+    PyMem_Free(iov);
+    PyMem_Free(buf);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
     {"stream", stream, METH_VARARGS,
      "stream(fd, buffered, keys, counts, values, results, reply, sent, ahead, ahead_max, low_water, "
      "min_in_flight) -> (code, detail, reply, sent, ahead, leftover)"},
+    {"write", write_values, METH_VARARGS,
+     "write(fd, buffered, heads, tail, values, results, reply, sent, window) -> (code, detail, reply, sent, "
+     "leftover)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -48,7 +48,23 @@ typedef struct {
     long long ahead, ahead_max, low_water, min_in_flight;
 } plan_t;
 
+/* A part's create-if-absent writes: value v is heads[v], its segments, then tail. */
+typedef struct {
+    Py_ssize_t nvalues;
+    const char *const *heads;
+    const size_t *head_lens;
+    const char *tail;
+    size_t tail_len;
+    const seg_t *segs;
+    const Py_ssize_t *seg_at; /* per value: its first segment (seg_at[nvalues]: the end) */
+    struct iovec *iov;        /* room for the most segments of a value, plus 2 */
+    unsigned char *results;
+    Py_ssize_t reply, sent, window;
+} wplan_t;
+
 /* Run the plan from p->reply on (see _bulkread.c); DONE, STOP or an error code. */
 int bulkread_run(rd_t *r, plan_t *p);
+/* Run the writes from p->reply on (see _bulkread.c, write); DONE, STOP or an error code. */
+int bulkwrite_run(rd_t *r, wplan_t *p);
 
 #endif

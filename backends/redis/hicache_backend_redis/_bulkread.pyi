@@ -28,3 +28,15 @@ def stream(
     min_in_flight: int,
     /,
 ) -> tuple[int, int | str | None, int, int, int, bytes]: ...
+def write(
+    fd: int,
+    buffered: bytes | bytearray | memoryview,
+    heads: Sequence[bytes],
+    tail: bytes,
+    values: Sequence[Sequence[tuple[int, int]]],
+    results: bytearray | memoryview,
+    reply: int,
+    sent: int,
+    window: int,
+    /,
+) -> tuple[int, int | str | None, int, int, bytes]: ...

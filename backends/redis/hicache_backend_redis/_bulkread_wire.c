@@ -291,3 +291,45 @@ int bulkread_run(rd_t *r, plan_t *p) {
     }
     return DONE;
 }
+
+int bulkwrite_run(rd_t *r, wplan_t *p) {
+    for (; p->reply < p->nvalues; p->reply++) {
+        while (p->sent < p->nvalues && p->sent - p->reply < p->window) {
+            Py_ssize_t v = p->sent;
+            int niov = 0;
+            p->iov[niov].iov_base = (void *)p->heads[v];
+            p->iov[niov++].iov_len = p->head_lens[v];
+            for (Py_ssize_t s = p->seg_at[v]; s < p->seg_at[v + 1]; s++) {
+                if (p->segs[s].n) {
+                    p->iov[niov].iov_base = (void *)p->segs[s].addr;
+                    p->iov[niov++].iov_len = p->segs[s].n;
+                }
+            }
+            p->iov[niov].iov_base = (void *)p->tail;
+            p->iov[niov++].iov_len = p->tail_len;
+            int rc = send_all(r, p->iov, niov);
+            if (rc) {
+                return rc;
+            }
+            p->sent++;
+        }
+        char kind;
+        long long got;
+        size_t adv;
+        int rc = line(r, RECV, &kind, &got, &adv);
+        if (rc) {
+            return rc;
+        }
+        /* :1 / +OK written; :0 / $-1 the key existed (NX): the first writer's page stays */
+        if (kind == ':' || kind == '+' || (kind == '$' && got == -1)) {
+            r->start += adv;
+            p->results[p->reply] = HIT;
+        } else if (kind == '-') {
+            return STOP; /* left unread: an error reply (OOM, NOPERM, READONLY) */
+        } else {
+            r->msg = "redis: unexpected reply to a write";
+            return PROTOCOL;
+        }
+    }
+    return DONE;
+}

@@ -1,73 +1,63 @@
 """``RedisClusterTransport``: the same wire behaviour as :class:`RedisTransport`, spread
 over a Redis Cluster's masters.
 
-* Topology: ``CLUSTER SLOTS`` from any reachable node (the startup nodes first); a key's
-  slot is redis-py's ``key_slot`` (CRC16, hash tags honoured).
-* A batch is split per node; the parts run concurrently (one thread per node, the caller
-  being one); each part is one pipelined round trip on that node; results come back in key
-  order. ``MGET`` commands group keys of one slot (Cluster refuses cross-slot ``MGET``) and
-  are streamed as on a single server (see :mod:`.mget`).
-* Redirects are handled in one place (:meth:`_execute`): keys answered with ``MOVED``
-  refresh the slot map and are retried once on the new owner; ``ASK`` keys are retried once
-  on the named node, each command preceded by ``ASKING``.
-* A node that fails (killed master) fails only its keys (misses / ``False``); the batch
-  raises :class:`TransportError` only when every part failed (so the breaker opens when the
-  whole cluster is gone). With ``cluster-require-full-coverage no`` the other masters keep
-  serving their slots meanwhile.
+* Topology is redis-py's ``RedisCluster``: its slot map says which master owns a key
+  (``get_node_from_key``; CRC16, hash tags honoured), and redis-py refreshes it when its own
+  commands meet ``MOVED``. The client is made at construction when the cluster answers,
+  else at the first call that reaches it.
+* A batch is split per owning master; the parts run concurrently (one thread per node, the
+  caller being one); results come back in key order. ``read`` and ``write`` go over data
+  connections of our own to each master (streamed ``MGET`` grouped by slot, since Cluster
+  refuses a cross-slot ``MGET``; pipelined ``SET NX``), so :attr:`round_trips` counts one
+  per node. ``exists`` and ``delete`` go through each master's redis-py client, one write
+  of commands each (:func:`.client.run_commands`).
+* A key answered with ``MOVED`` or ``ASK`` (a slot moving or moved) is retried once through
+  redis-py's cluster client, which follows the redirect (``ASKING`` included) and, on
+  ``MOVED``, refreshes its slot map; the next batch goes to the new owner. The value goes
+  through redis-py there (one copy): a migration's rare path, not the hot one.
+* A master that fails fails only its keys (misses / ``False``), and the slot map is
+  refreshed (at most once a second); the batch raises :class:`TransportError` only when
+  every part failed (so the breaker opens when the whole cluster is gone). With
+  ``cluster-require-full-coverage no`` the other masters keep serving their slots meanwhile.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from operator import itemgetter
 from typing import Any, ClassVar
 
+import redis
+import redis.exceptions as rex
+from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
 from hicache_sdk import ConfigError, Segments, TransportError
+from hicache_sdk.kit.segments import memoryviews
 
+from .checks import check_data_connection, check_rights
+from .client import closing, redis_kwargs, run_commands, transport_error
 from .config import RedisConfig, redact_url
 from .frames import set_nx_suffix
 from .mget import chunk_keys, stream_mget
-from .pool import AuthError, Pool
-from .redis_transport import RedisTransport, run_together
-from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, views_of
+from .pool import Pool, where
+from .redis_transport import RedisTransport, clear_matching, glob_escape, run_together, same
+from .resp import CancelGuard, ReplyError, views_of
 
 __all__ = ["RedisClusterTransport"]
 
 log = logging.getLogger(__name__)
 _nbytes = itemgetter(1)  # of a segment
 Node = tuple[str, int]
-_GLOB = str.maketrans({c: "\\" + c for c in "*?[]\\"})
-
-
-@dataclasses.dataclass(frozen=True)
-class Redirect:
-    kind: str  # "MOVED" or "ASK"
-    node: Node
-
-
-class _Round:
-    """What one round of parts found: redirected keys, failed nodes."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.redirects: dict[tuple[Node, bool], list[int]] = {}
-        self.errors: list[str] = []
-        self.moved = False
-
-
-def _redirect(e: ReplyError) -> Redirect | None:
-    parts = str(e).split()
-    if len(parts) == 3 and parts[0] in ("MOVED", "ASK"):
-        host, _, port = parts[2].rpartition(":")
-        return Redirect(parts[0], (host, int(port)))
-    return None
+#: A key answered with MOVED / ASK: retried through redis-py's cluster client.
+_REDIRECT = object()
+_REFRESH_EVERY_S = 1.0
+_REDIS_MAJOR = int(redis.__version__.split(".")[0])
 
 
 class RedisClusterTransport(RedisTransport):
@@ -78,66 +68,88 @@ class RedisClusterTransport(RedisTransport):
     cancellable: ClassVar[bool] = True
 
     def __init__(self, config: RedisConfig) -> None:
-        super().__init__(config, probe=False)
-        if self.endpoint.unix_path or self.endpoint.db:
+        ep = self._settings(config)
+        if ep.unix_path or ep.db or ep.sentinels:
             raise ConfigError("url: a cluster needs a redis:// or rediss:// url with database 0")
-        self._seeds: list[Node] = [(self.endpoint.host, self.endpoint.port)]
+        self._seeds: list[Node] = [(ep.host, ep.port)]
         for s in config.startup_nodes:
             host, _, port = s.rpartition(":")
             if not host or not port.isdigit():
                 raise ConfigError(f"startup_nodes: expected 'host:port', got {s!r}")
             self._seeds.append((host, int(port)))
         self._lock = threading.Lock()
+        self._cluster: RedisCluster | None = None
         self._pools: dict[Node, Pool] = {}
-        self._slots: list[Node | None] = [None] * 16384
+        self._refreshed = 0.0
+        self._closed = False
         self._workers = ThreadPoolExecutor(max_workers=16, thread_name_prefix="hicache-redis-cluster")
-        # Credentials, TLS trust and ACL rights (on the prefix and on CLUSTER SLOTS), asked of
-        # the node that owns the probe key when the slot map is known, else of the first seed.
-        # Unreachable: fine (the breaker starts open); refused: a ConfigError naming the key.
         try:
-            self._refresh()
-        except AuthError:
-            pass  # the probe below names the key
-        owner = self._owner(self._prefix + b"__hicache_probe__") or self._seeds[0]
-        self._probe(self._node_pool(owner), cluster=True)
+            if check_data_connection(self._node_pool(self._seeds[0]), config):
+                check_rights(ep, config, self._prefix, cluster=True)
+                self._cluster = self._new_cluster()
+        except rex.NoPermissionError as e:
+            self.close()
+            raise ConfigError(
+                f"username: this ACL user may not run what redis-py's cluster client needs ({e})"
+            ) from None
+        except (OSError, rex.RedisError, rex.RedisClusterException) as e:
+            log.warning("redis cluster at %s: no slot map at construction (%s)", redact_url(config.url), e)
+        except BaseException:
+            self.close()
+            raise
 
-    # -- topology --------------------------------------------------------------------------
+    # -- topology ----------------------------------------------------------------------------
+    def _rc(self) -> RedisCluster:
+        """redis-py's cluster client, made on first use (:class:`TransportError` while no
+        startup node answers)."""
+        rc = self._cluster
+        if rc is not None:
+            return rc
+        try:
+            rc = self._new_cluster()
+        except Exception as e:
+            seeds = ", ".join(where(s) for s in self._seeds)
+            raise TransportError(f"redis cluster: no slot map from {seeds}: {e}", "connection") from None
+        with self._lock:
+            if self._cluster is None and not self._closed:
+                self._cluster = rc
+                return rc
+            mine = self._cluster
+        closing(rc)
+        if mine is None:
+            raise TransportError("redis cluster: transport closed", "closed")
+        return mine
+
+    def _new_cluster(self) -> RedisCluster:
+        """A ``RedisCluster`` over the startup nodes (it asks one for ``CLUSTER SLOTS`` and
+        ``COMMAND``)."""
+        kw = redis_kwargs(self.endpoint, self.config)
+        for k in ("host", "port", "db"):
+            kw.pop(k, None)
+        if _REDIS_MAJOR < 6:  # before 6.0 cluster-level retries had their own argument
+            kw["cluster_error_retry_attempts"] = 0
+        nodes = [ClusterNode(h, p) for h, p in self._seeds]  # type: ignore[no-untyped-call]
+        return RedisCluster(startup_nodes=nodes, require_full_coverage=False, **kw)
+
+    def _refresh(self) -> None:
+        """Reload redis-py's slot map (a master failed: its slots may have moved); at most
+        once every second; errors are left to the next call."""
+        now = time.monotonic()
+        rc = self._cluster
+        if rc is None or now - self._refreshed < _REFRESH_EVERY_S:
+            return
+        self._refreshed = now
+        try:
+            rc.nodes_manager.initialize()
+        except Exception as e:
+            log.debug("redis cluster: slot map refresh failed: %s", type(e).__name__)
+
     def _node_pool(self, node: Node) -> Pool:
         with self._lock:
             p = self._pools.get(node)
             if p is None:
-                ep = dataclasses.replace(self.endpoint, host=node[0], port=node[1])
-                p = self._pools[node] = Pool(ep, self.config)
+                p = self._pools[node] = Pool(partial(same, node), self.endpoint, self.config, self._ctx)
             return p
-
-    def _refresh(self) -> bool:
-        """Reload the slot map from the first node that answers; False when none does."""
-        with self._lock:
-            known = list(dict.fromkeys([*self._seeds, *self._pools]))
-        for node in known:
-            try:
-                with self._node_pool(node).connection() as c:
-                    c.send([command("CLUSTER", "SLOTS")])
-                    c.round_trips -= 1
-                    reply: Any = c.reply()
-            except (OSError, ProtocolError, ReplyError):
-                continue
-            except AuthError:
-                if self._slots[0] is None and all(x is None for x in self._slots):
-                    raise
-                continue
-            slots: list[Node | None] = [None] * 16384
-            for start, end, master, *_ in reply:
-                owner = (master[0].decode() or node[0], int(master[1]))
-                for s in range(int(start), int(end) + 1):
-                    slots[s] = owner
-            with self._lock:
-                self._slots = slots
-            return True
-        return False
-
-    def _owner(self, name: bytes) -> Node | None:
-        return self._slots[key_slot(name)]
 
     @property
     def round_trips(self) -> int:
@@ -149,90 +161,88 @@ class RedisClusterTransport(RedisTransport):
         self,
         what: str,
         names: list[bytes],
-        part: Callable[[Connection, list[int], bool], list[Any]],
+        part: Callable[[Node, list[int]], list[Any]],
         failed: Any,
-        cancel: CancelGuard | None = None,
+        redirect: Callable[[RedisCluster, int], Any] | None = None,
     ) -> list[Any]:
-        """Run ``part`` per owning node (concurrently), then retry redirected keys once.
-        With ``cancel``, each part's connection watches it; a cancelled part raises
-        :class:`~hicache_sdk.errors.Cancelled` once every part has ended."""
+        """Run ``part(node, indices)`` per owning master, concurrently, then ``redirect``
+        (through redis-py) each key a part answered with :data:`_REDIRECT`. A part that
+        raises fails its keys (``failed``); all of them: :class:`TransportError`. A
+        ``Cancelled`` part raises once every part has ended."""
+        rc = self._rc()
         out: list[Any] = [failed] * len(names)
-        if all(s is None for s in self._slots):
-            self._refresh()
-        groups: dict[tuple[Node, bool], list[int]] = {}
+        groups: dict[Node, list[int]] = {}
+        by_slot: dict[int, list[int]] = {}
         for i, n in enumerate(names):
-            owner = self._owner(n)
-            if owner is not None:
-                groups.setdefault((owner, False), []).append(i)
+            by_slot.setdefault(key_slot(n), []).append(i)
+        for idx in by_slot.values():
+            try:
+                node = rc.get_node_from_key(names[idx[0]])  # type: ignore[no-untyped-call]
+            except rex.SlotNotCoveredError:
+                continue  # stays failed
+            groups.setdefault((node.host, int(node.port)), []).extend(idx)
         if not groups:
-            raise TransportError(f"redis cluster {what}: no slot map (no node answers)", reason="connection")
-        for attempt in range(2):
-            rnd = _Round()
-            items = list(groups.items())
-            run_together(
-                self._workers, [partial(self._run_part, rnd, t, idx, part, out, cancel) for t, idx in items]
+            raise TransportError(f"redis cluster {what}: no master owns these slots", reason="cluster")
+        lock = threading.Lock()
+        errors: list[TransportError] = []
+        again: list[int] = []
+
+        def run(node: Node, idx: list[int]) -> None:
+            try:
+                res = part(node, idx)
+            except (TransportError, OSError, ReplyError, rex.RedisError) as e:
+                if isinstance(e, TransportError) and e.reason == "cancelled":
+                    raise
+                with lock:
+                    errors.append(transport_error(e, what, where(node)))
+                return
+            with lock:
+                for i, r in zip(idx, res):
+                    if r is _REDIRECT:
+                        again.append(i)
+                    else:
+                        out[i] = r
+
+        items = list(groups.items())
+        run_together(self._workers, [partial(run, node, idx) for node, idx in items])
+        if errors:
+            self._refresh()
+            if len(errors) == len(items):
+                raise errors[0]
+            log.debug(
+                "redis cluster %s: %d of %d masters failed (%s)", what, len(errors), len(items), errors[0]
             )
-            if rnd.errors and len(rnd.errors) == len(items) and attempt == 0:
-                raise TransportError(
-                    f"redis cluster {what}: every node failed ({rnd.errors[0]})", reason="connection"
-                )
-            if rnd.errors or rnd.moved:
-                self._refresh()
-            if not rnd.redirects:
-                break
-            groups = rnd.redirects
+        if redirect is not None:
+            for i in again:
+                try:
+                    out[i] = redirect(rc, i)
+                except (TransportError, OSError, rex.RedisError) as e:
+                    if isinstance(e, TransportError) and e.reason == "cancelled":
+                        raise
+                    log.debug("redis cluster %s: a redirected key failed: %s", what, type(e).__name__)
         return out
 
-    def _run_part(
-        self,
-        rnd: _Round,
-        target: tuple[Node, bool],
-        idx: list[int],
-        part: Callable[[Connection, list[int], bool], list[Any]],
-        out: list[Any],
-        cancel: CancelGuard | None = None,
-    ) -> None:
-        try:
-            with self._node_pool(target[0]).connection() as c, c.watch(cancel):
-                res = part(c, idx, target[1])
-        except (OSError, ProtocolError, ReplyError, AuthError) as e:
-            with rnd.lock:
-                rnd.errors.append(type(e).__name__)
-            return
-        with rnd.lock:
-            for i, r in zip(idx, res):
-                if isinstance(r, Redirect):
-                    rnd.moved |= r.kind == "MOVED"
-                    rnd.redirects.setdefault((r.node, r.kind == "ASK"), []).append(i)
-                else:
-                    out[i] = r
+    def _node_client(self, node: Node) -> Any:
+        rc = self._rc()
+        n = rc.get_node(host=node[0], port=node[1])  # type: ignore[no-untyped-call]
+        if n is None:
+            raise TransportError(f"redis cluster: {where(node)} is not in the slot map", reason="cluster")
+        return rc.get_redis_connection(n)
 
-    # -- parts (one pipelined round trip on one node) -----------------------------------------
-    @staticmethod
-    def _replies(c: Connection, cmds: list[bytes], asking: bool) -> None:
-        if asking:
-            cmds = [x for cmd in cmds for x in (command("ASKING"), cmd)]
-        c.send(cmds)
-
+    # -- Transport -----------------------------------------------------------------------------
     def exists(self, keys: Sequence[str]) -> list[int | None]:
         if not keys:
             return []
         names = [self._prefix + k.encode() for k in keys]
 
-        def part(c: Connection, idx: list[int], asking: bool) -> list[Any]:
-            self._replies(c, [command("STRLEN", names[i]) for i in idx], asking)
-            res: list[Any] = []
-            for _ in idx:
-                try:
-                    if asking:
-                        c.reply()
-                    n = c.reply()
-                    res.append(n if isinstance(n, int) and n > 0 else None)
-                except ReplyError as e:
-                    res.append(_redirect(e))
-            return res
+        def part(node: Node, idx: list[int]) -> list[Any]:
+            got = run_commands(self._node_client(node), [("STRLEN", names[i]) for i in idx])
+            return [_redirected(r, None) if isinstance(r, Exception) else r or None for r in got]
 
-        return self._execute("exists", names, part, None)
+        def redirect(rc: RedisCluster, i: int) -> int | None:
+            return rc.strlen(names[i]) or None
+
+        return self._execute("exists", names, part, None, redirect)
 
     def read(
         self, keys: Sequence[str], buffers: Sequence[Segments], cancel: CancelGuard | None = None
@@ -242,26 +252,42 @@ class RedisClusterTransport(RedisTransport):
         names = [self._prefix + k.encode() for k in keys]
         sizes = [sum(map(_nbytes, segs)) for segs in buffers]
 
-        def part(c: Connection, idx: list[int], asking: bool) -> list[Any]:
+        def part(node: Node, idx: list[int]) -> list[Any]:
             # j: position in this part; MGETs group keys of one slot (Cluster refuses others)
             by_slot: dict[int, list[int]] = {}
             for j, i in enumerate(idx):
                 by_slot.setdefault(key_slot(names[i]), []).append(j)
-            mine = [names[i] for i in idx]
-            my_sizes = [sizes[i] for i in idx]
             res: list[Any] = [False] * len(idx)
 
             def refused(ch: Sequence[int], e: ReplyError) -> None:
-                r = _redirect(e)
+                r = _redirected(e)
                 for j in ch:
-                    res[j] = r if r is not None else False
+                    res[j] = r
 
+            my_sizes = [sizes[i] for i in idx]
             chunks = chunk_keys(list(by_slot.values()), my_sizes, self.config.max_command_bytes)
-            my_buffers = [buffers[i] for i in idx]
-            stream_mget(c, mine, my_sizes, my_buffers, chunks, res, cancel, asking=asking, refused=refused)
+            with self._node_pool(node).connection() as c, c.watch(cancel):
+                stream_mget(
+                    c, [names[i] for i in idx], my_sizes, [buffers[i] for i in idx], chunks, res, cancel,
+                    refused=refused,
+                )  # fmt: skip
             return res
 
-        return self._execute("read", names, part, False, cancel)
+        def redirect(rc: RedisCluster, i: int) -> bool:
+            value = rc.get(names[i])
+            if not isinstance(value, bytes) or len(value) != sizes[i]:
+                return False
+            pos = 0
+            for view in memoryviews(buffers[i]):
+                if cancel is None:
+                    view[:] = value[pos : pos + len(view)]
+                else:
+                    with cancel.guard():
+                        view[:] = value[pos : pos + len(view)]
+                pos += len(view)
+            return True
+
+        return self._execute("read", names, part, False, redirect)
 
     def write(
         self, keys: Sequence[str], buffers: Sequence[Segments], cancel: CancelGuard | None = None
@@ -271,88 +297,97 @@ class RedisClusterTransport(RedisTransport):
         names = [self._prefix + k.encode() for k in keys]
         tail, nargs = set_nx_suffix(self._ttl_ms)
 
-        def part(c: Connection, idx: list[int], asking: bool) -> list[Any]:
+        def part(node: Node, idx: list[int]) -> list[Any]:
             parts: list[bytes | memoryview] = []
             for i in idx:
-                if asking:
-                    parts.append(command("ASKING"))
                 n = sum(s for _, s in buffers[i])
                 parts.append(
                     b"*%d\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (nargs, len(names[i]), names[i], n)
                 )
                 parts.extend(views_of(buffers[i]))
                 parts.append(tail)
-            c.send(parts, cancel=cancel)
             res: list[Any] = []
-            for _ in idx:
-                try:
-                    if asking:
-                        c.reply()
-                    c.reply()
-                    res.append(True)
-                except ReplyError as e:
-                    res.append(_redirect(e) or False)
+            with self._node_pool(node).connection() as c, c.watch(cancel):
+                c.send(parts, cancel=cancel)
+                for _ in idx:
+                    try:
+                        c.reply()  # OK, or nil when the key already existed (NX)
+                        res.append(True)
+                    except ReplyError as e:
+                        res.append(_redirected(e))
             return res
 
-        return self._execute("write", names, part, False, cancel)
+        def redirect(rc: RedisCluster, i: int) -> bool:
+            if cancel is None:
+                value = b"".join(memoryviews(buffers[i]))
+            else:
+                with cancel.guard():  # a snapshot: redis-py sends it after the guard
+                    value = b"".join(memoryviews(buffers[i]))
+            rc.set(names[i], value, nx=True, px=self._ttl_ms or None)
+            return True
+
+        return self._execute("write", names, part, False, redirect)
 
     def delete(self, keys: Sequence[str]) -> None:
         if not keys:
             return
         names = [self._prefix + k.encode() for k in keys]
 
-        def part(c: Connection, idx: list[int], asking: bool) -> list[Any]:
-            self._replies(c, [command("UNLINK", names[i]) for i in idx], asking)
-            res: list[Any] = []
-            for _ in idx:
-                try:
-                    if asking:
-                        c.reply()
-                    c.reply()
-                    res.append(True)
-                except ReplyError as e:
-                    res.append(_redirect(e) or False)
-            return res
+        def part(node: Node, idx: list[int]) -> list[Any]:
+            got = run_commands(self._node_client(node), [("UNLINK", names[i]) for i in idx])
+            return [_redirected(r) if isinstance(r, Exception) else True for r in got]
 
         try:
-            self._execute("delete", names, part, False)
+            self._execute("delete", names, part, False, lambda rc, i: bool(rc.unlink(names[i])) or True)
         except TransportError as e:
             log.debug("redis cluster delete failed: %s", e)
 
     def clear(self, prefix: str) -> None:
-        """``SCAN`` + ``UNLINK`` on every master (per key, since keys span slots)."""
-        self._refresh()
-        with self._lock:
-            masters = {n for n in self._slots if n is not None}
-        pattern = (self.config.key_prefix + prefix).translate(_GLOB).encode() + b"*"
-        for node in masters:
+        """``SCAN`` + ``UNLINK`` on every master (see :meth:`RedisTransport.clear`); raises
+        :class:`TransportError` when a master failed (a later clear finishes the job)."""
+        rc = self._rc()
+        pattern = glob_escape(self.config.key_prefix + prefix)
+        failed: list[TransportError] = []
+        for node in rc.get_primaries():  # type: ignore[no-untyped-call]
             try:
-                with self._node_pool(node).connection() as c:
-                    cursor = b"0"
-                    while True:
-                        c.send([command("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)])
-                        reply: Any = c.reply()
-                        cursor, found = reply[0], reply[1]
-                        if found:
-                            c.send([command("UNLINK", n) for n in found])
-                            for _ in found:
-                                c.reply()
-                        if cursor == b"0":
-                            break
-            except (OSError, ProtocolError, ReplyError) as e:
-                log.debug("redis cluster clear on a node failed: %s", type(e).__name__)
+                clear_matching(rc.get_redis_connection(node), pattern, per_key=True)
+            except (OSError, rex.RedisError) as e:
+                failed.append(transport_error(e, "clear", f"{node.host}:{node.port}"))
+        if failed:
+            raise failed[0]
 
     def health(self) -> bool:
-        """True when some node answers ``CLUSTER SLOTS`` (the slot map is refreshed)."""
-        return self._refresh()
+        """True when some master answers ``PING``."""
+        try:
+            rc = self._rc()
+        except TransportError:
+            return False
+        for node in rc.get_primaries():  # type: ignore[no-untyped-call]
+            try:
+                if rc.get_redis_connection(node).ping():
+                    return True
+            except (OSError, rex.RedisError):
+                continue
+        self._refresh()
+        return False
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             pools = list(self._pools.values())
+            rc, self._cluster = self._cluster, None
         for p in pools:
             p.close()
+        if rc is not None:
+            closing(rc)
         self._workers.shutdown(wait=False)
-        super().close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
 
     def __repr__(self) -> str:
         return f"RedisClusterTransport(url={redact_url(self.config.url)!r}, key_prefix={self.config.key_prefix!r})"
+
+
+def _redirected(e: BaseException, other: Any = False) -> Any:
+    """:data:`_REDIRECT` for a ``MOVED`` / ``ASK`` answer, else ``other`` (this key fails)."""
+    return _REDIRECT if isinstance(e, rex.AskError) or str(e).startswith(("MOVED ", "ASK ")) else other

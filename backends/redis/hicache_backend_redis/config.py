@@ -1,24 +1,43 @@
 """``RedisConfig``: the settings of the ``redis`` backend, and the parsed endpoint.
 
 Environment overrides are ``HICACHE_REDIS_<FIELD>`` (``HICACHE_REDIS_PASSWORD`` ...).
-Credentials may come from the URL (``redis://user:pass@host``) or from the ``username`` /
-``password`` fields (which win); either way they are secret: :func:`redact_url` is the only
-form of a URL that ever appears in a repr, a log line or an error.
+Credentials may come from the URL (``redis://user:pass@host``, or ``?password=`` /
+``?username=`` as redis-py reads them) or from the ``username`` / ``password`` fields
+(which win); either way they are secret: :func:`redact_url` is the only form of a URL that
+ever appears in a repr, a log line or an error.
+
+``redis://``, ``rediss://`` and ``unix://`` URLs are parsed by redis-py
+(``redis.connection.parse_url``), so they mean what they mean to redis-py;
+``redis+sentinel://`` (which redis-py has no URL form for) is parsed here.
 """
 
 from __future__ import annotations
 
 import re
+import ssl
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlsplit
 
+from redis.connection import parse_url
+
 from hicache_sdk import BackendConfig, ConfigError, secret_field
 from hicache_sdk.config import setting
 
-__all__ = ["Endpoint", "RedisConfig", "parse_endpoint", "redact_url"]
+__all__ = ["Endpoint", "RedisConfig", "parse_endpoint", "redact_url", "tls_context"]
 
 _CRED = re.compile(r"^([a-z0-9+.-]+://)[^@/]*@", re.IGNORECASE)
+#: URL query keys honoured (as redis-py reads them); the others name the setting to use.
+_QUERY_KEYS = ("db", "username", "password")
+_QUERY_HINTS = {
+    "socket_timeout": "socket_timeout_s",
+    "socket_connect_timeout": "connect_timeout_s",
+    "timeout": "socket_timeout_s",
+    "max_connections": "pool_size",
+    "ssl_ca_certs": "tls_ca_file",
+    "ssl_certfile": "tls_cert_file",
+    "ssl_keyfile": "tls_key_file",
+}
 
 
 def redact_url(url: str) -> str:
@@ -31,35 +50,43 @@ def redact_url(url: str) -> str:
 class RedisConfig(BackendConfig):
     """Settings of the ``redis`` backend (environment prefix ``HICACHE_REDIS_``).
 
-    * ``url``: ``redis://host:port/db``, ``rediss://`` (TLS) or ``unix:///path.sock``.
+    * ``url``: ``redis://[user:pass@]host:port/db``, ``rediss://`` (TLS),
+      ``unix:///path.sock?db=N`` or ``redis+sentinel://h1:p1[,h2:p2]/service[/db]``; the
+      query keys ``db``, ``username`` and ``password`` are honoured as redis-py does.
     * ``username`` / ``password``: ACL credentials (secret; override the URL's).
     * ``sentinel_username`` / ``sentinel_password``: credentials of the sentinels
       themselves (``redis+sentinel://`` only; secret), separate from the master's.
     * ``db``: database number (``-1``: the URL's, else 0).
-    * ``key_prefix``: prepended to every object name (a restricted ACL user's ``~prefix*``).
-    * ``connect_timeout_s`` / ``socket_timeout_s``: per-connect and per-reply bounds.
-    * ``pool_size``: the most connections held (callers beyond it wait, bounded).
+    * ``key_prefix``: prepended to every key; empty or ending with ``:``, so that one
+      prefix never holds another's keys (``p:`` and ``p2:``). Give a restricted ACL user
+      ``~<key_prefix>*``.
+    * ``connect_timeout_s``: bounds every connect, a wait for a free connection, and the
+      checks at construction.
+    * ``socket_timeout_s``: bounds every wait for reply bytes.
+    * ``pool_size``: the most data connections held per server (callers beyond it wait, at
+      most ``connect_timeout_s``).
     * ``parallel_connections``: a read or write batch of at least 4 MiB is split into up to
       this many parts of at least 2 MiB, each on its own pooled connection, run
       concurrently (extra connections are used only when free at once).
     * ``write_window``: how many writes of values of at least 32 KiB each connection has in
       flight (``SETNX``, value last, when there is no TTL); ``0``: all of a part pipelined
       at once. ``1`` (the default) is fastest against a Redis on the same host: a pipelined
-      big value is copied once more inside Redis (see ``docs/backends/redis.md``). Over a
-      network with a long round trip, ``0`` may be faster.
+      big value is copied once more inside Redis. Over a network with a long round trip,
+      ``0`` may be faster.
     * ``ttl_s``: expiry of written pages in seconds (``0``: none).
     * ``recv_buffer_bytes``: ``SO_RCVBUF`` of each TCP data connection (``0``: the kernel's
       autotuning). Set only where ``net.core.rmem_max`` allows that much; below it the
       kernel's autotuning is kept (logged once). Against a Redis on the same host a fixed
-      buffer made batch reads of 256 KiB values about 15 % faster on average, and steadier,
-      than autotuned ones (``docs/backends/redis.md``, Performance).
+      buffer made batch reads of 256 KiB values faster and steadier than autotuned ones.
     * ``max_command_bytes``: the most value bytes one ``MGET`` may return; larger batches
       are split into several commands, all pipelined in one round trip. A single page larger
       than this still goes in a command of its own.
-    * ``tls_ca_file`` / ``tls_cert_file`` / ``tls_key_file``: TLS trust and client
-      certificate (``rediss://`` needs ``tls_ca_file``).
-    * ``cluster``: the URL names a Redis Cluster node; ``startup_nodes`` (``"host:port"``)
-      are more nodes to learn the topology from.
+    * ``tls_ca_file``: the CA that signed the server's certificate (``rediss://`` needs it).
+    * ``tls_cert_file`` / ``tls_key_file``: a client certificate, when the server asks for
+      one (both or neither).
+    * ``cluster``: the URL names a node of a Redis Cluster.
+    * ``startup_nodes``: more cluster nodes (``"host:port"``) to learn the topology from
+      (a JSON list, or comma-separated in the environment).
     """
 
     env_prefix: ClassVar[str] = "redis"
@@ -97,7 +124,8 @@ class RedisConfig(BackendConfig):
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where and how to connect (secrets excluded from the repr)."""
+    """Where and how to connect: what redis-py made of the URL, with this config's
+    overrides (secrets excluded from the repr)."""
 
     host: str
     port: int
@@ -113,16 +141,24 @@ class Endpoint:
     sentinel_username: str | None = None
     sentinel_password: str | None = None
 
+    @property
+    def address(self) -> str:
+        """``host:port`` or the socket path (no secret)."""
+        return self.unix_path or f"{self.host}:{self.port}"
+
     def __repr__(self) -> str:
-        where = self.unix_path or (
-            f"sentinel {self.service}" if self.sentinels else f"{self.host}:{self.port}"
-        )
+        where = f"sentinel {self.service}" if self.sentinels else self.address
         return f"Endpoint({'tls ' if self.tls else ''}{where} db={self.db})"
 
 
 def parse_endpoint(cfg: RedisConfig) -> Endpoint:
-    """Validate the URL and the TLS settings; raises :class:`ConfigError` naming the key.
-    Never connects."""
+    """Validate the URL, the key prefix and the TLS settings; raises :class:`ConfigError`
+    naming the key. Never connects."""
+    if cfg.key_prefix and not cfg.key_prefix.endswith(":"):
+        raise ConfigError(
+            f"key_prefix: must be empty or end with ':' (got {cfg.key_prefix!r}), so that no "
+            f"other prefix's keys start with it (as 'p2...' starts with 'p'); e.g. {cfg.key_prefix + ':'!r}"
+        )
     shown = redact_url(cfg.url)
     if cfg.url.lower().startswith("redis+sentinel://"):
         return _sentinel_endpoint(cfg, shown)
@@ -130,33 +166,33 @@ def parse_endpoint(cfg: RedisConfig) -> Endpoint:
         raise ConfigError(
             f"sentinel_username / sentinel_password are set but url {shown!r} is not redis+sentinel://"
         )
-    try:
-        parts = urlsplit(cfg.url)
-        port = parts.port
-    except ValueError as e:
-        raise ConfigError(f"url: cannot parse {shown!r} ({e})") from None
-    scheme = parts.scheme.lower()
+    scheme = cfg.url.split("://", 1)[0].lower() if "://" in cfg.url else ""
     if scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(
             f"url: scheme must be redis://, rediss://, unix:// or redis+sentinel://, got {shown!r}"
         )
-    user = unquote(parts.username) if parts.username else None
-    pw = unquote(parts.password) if parts.password else None
-    db = 0
-    path = parts.path or ""
+    try:
+        kw = parse_url(scheme + cfg.url[len(scheme) :])  # type: ignore[no-untyped-call]
+        path = urlsplit(cfg.url).path
+    except ValueError:
+        raise ConfigError(f"url: cannot parse {shown!r}") from None
+    for key in kw:
+        if key not in ("host", "port", "path", "connection_class", *_QUERY_KEYS):
+            hint = _QUERY_HINTS.get(key)
+            instead = f"set {hint!r} instead" if hint else f"the URL query may set {', '.join(_QUERY_KEYS)}"
+            raise ConfigError(f"url: query parameter {key!r} is not supported here ({instead})")
     if scheme == "unix":
-        if not path:
+        if not kw.get("path"):
             raise ConfigError(f"url: a unix:// URL needs a socket path, got {shown!r}")
-        m = re.search(r"(?:^|&)db=(\d+)", parts.query)
-        db = int(m.group(1)) if m else 0
     else:
-        if not parts.hostname:
+        if not kw.get("host"):
             raise ConfigError(f"url: no host in {shown!r}")
-        if path.strip("/"):
-            try:
-                db = int(path.strip("/"))
-            except ValueError:
-                raise ConfigError(f"url: database must be a number, got {shown!r}") from None
+        if path.strip("/") and "db" not in kw:
+            raise ConfigError(f"url: database must be a number, got {shown!r}")
+    try:
+        db = int(kw.get("db", 0))
+    except ValueError:
+        raise ConfigError(f"url: database must be a number, got {shown!r}") from None
     if cfg.db >= 0:
         db = cfg.db
     tls = scheme == "rediss"
@@ -169,13 +205,13 @@ def parse_endpoint(cfg: RedisConfig) -> Endpoint:
     if bool(cfg.tls_cert_file) != bool(cfg.tls_key_file):
         raise ConfigError("tls_cert_file and tls_key_file must be given together")
     return Endpoint(
-        host=parts.hostname or "",
-        port=port or 6379,
-        unix_path=path if scheme == "unix" else None,
+        host=str(kw.get("host", "")),
+        port=int(kw.get("port", 6379)),
+        unix_path=str(kw["path"]) if scheme == "unix" else None,
         tls=tls,
         db=db,
-        username=cfg.username if cfg.username is not None else user,
-        password=cfg.password if cfg.password is not None else pw,
+        username=cfg.username if cfg.username is not None else kw.get("username"),
+        password=cfg.password if cfg.password is not None else kw.get("password"),
     )
 
 
@@ -183,7 +219,9 @@ def _sentinel_endpoint(cfg: RedisConfig, shown: str) -> Endpoint:
     """``redis+sentinel://[user:pass@]h1:p1[,h2:p2...]/service[/db]``: the URL's credentials
     are the master's; the sentinels' own are ``sentinel_username`` / ``sentinel_password``
     (none: sentinels are asked without authentication)."""
-    rest = cfg.url.split("://", 1)[1].split("?", 1)[0]
+    rest = cfg.url.split("://", 1)[1]
+    if "?" in rest:
+        raise ConfigError("url: a redis+sentinel:// URL takes no query (set password, db ... as settings)")
     netloc, _, path = rest.partition("/")
     user = pw = None
     if "@" in netloc:
@@ -215,3 +253,21 @@ def _sentinel_endpoint(cfg: RedisConfig, shown: str) -> Endpoint:
         sentinel_username=cfg.sentinel_username,
         sentinel_password=cfg.sentinel_password,
     )
+
+
+def tls_context(cfg: RedisConfig) -> ssl.SSLContext:
+    """The data connections' TLS context: the server verified against ``tls_ca_file``,
+    hostname included (as redis-py's own connections are told to). A file that cannot be
+    loaded is a :class:`ConfigError` naming it."""
+    try:
+        ctx = ssl.create_default_context(cafile=cfg.tls_ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"tls_ca_file: cannot load it ({type(e).__name__})") from None
+    if cfg.tls_cert_file and cfg.tls_key_file:
+        try:
+            ctx.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(
+                f"tls_cert_file / tls_key_file: cannot load them ({type(e).__name__})"
+            ) from None
+    return ctx

@@ -27,7 +27,8 @@ from typing import Any
 from hicache_sdk.kit.segments import Segments
 
 from . import native_mget
-from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command
+from .frames import CancelGuard, ProtocolError, ReplyError, command
+from .resp import Connection
 
 __all__ = ["AHEAD", "LOW_WATER", "ONE_AT_A_TIME", "PIPELINED", "STREAM_CHUNK", "chunk_keys", "stream_mget"]
 
@@ -83,7 +84,6 @@ def stream_mget(
     cancel: CancelGuard | None = None,
     *,
     counted: bool = True,
-    asking: bool = False,
     refused: Callable[[Sequence[int], ReplyError], None] | None = None,
     policy: tuple[int, int, int] = PIPELINED,
 ) -> None:
@@ -91,12 +91,11 @@ def stream_mget(
     on ``c``; ``out[i]`` becomes True for each value received whole into ``buffers[i]``
     (False for a miss or a size mismatch). Every touch of ``buffers`` runs under
     ``cancel``'s guard. A command refused with an error reply (``NOPERM``,
-    ``MOVED``) leaves its keys False and is passed to ``refused``. ``asking``: each
-    ``MGET`` is preceded by ``ASKING`` (a cluster slot being imported). ``counted``: the
+    ``MOVED``) leaves its keys False and is passed to ``refused``. ``counted``: the
     first flush is a round trip of this connection (refills never are). ``policy``: the
     refill policy, :data:`PIPELINED` or :data:`ONE_AT_A_TIME`. On a plain socket with the
     compiled reader built, the replies are read by it (:mod:`.native_mget`)."""
-    if not asking and native_mget.usable(c, cancel):
+    if native_mget.usable(c, cancel):
         native_mget.stream(c, names, buffers, chunks, out, cancel, policy, counted=counted, refused=refused)
         return
     weights = [sum(sizes[i] for i in ch) for ch in chunks]
@@ -108,8 +107,6 @@ def stream_mget(
         # busy machine a context switch), so refills come a few commands at a time.
         refill = sent == n or ahead < low_water
         while refill and sent < len(chunks) and (sent - n < min_in_flight or ahead < ahead_max):
-            if asking:
-                cmds.append(command("ASKING"))
             cmds.append(command("MGET", *(names[i] for i in chunks[sent])))
             ahead += weights[sent]
             sent += 1
@@ -117,8 +114,6 @@ def stream_mget(
             c.send(cmds, counted=counted and n == 0)
         ahead -= weights[n]
         try:
-            if asking:
-                c.reply()  # +OK
             kind, count = c.header(small=True)
         except ReplyError as e:
             log.debug("redis MGET refused: %s", e)

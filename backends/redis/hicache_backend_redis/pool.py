@@ -1,50 +1,61 @@
-"""Connecting (TCP / Unix / TLS, ``AUTH``, ``SELECT``) and a bounded connection pool.
+"""The data connections: opened to the node redis-py resolved, and a bounded pool of them.
 
-:meth:`Pool.connection` lends one :class:`~.resp.Connection` to one caller; a connection
-that saw any error (``broken``) is closed instead of returned, so a reply cut short (a
-server killed mid-batch, a cancelled read) never poisons the next caller. Waiting for a
-free connection is bounded by ``connect_timeout_s``.
+The pages themselves move over sockets of our own (:class:`~.resp.Connection`), never
+over redis-py's, so the reader can receive values straight into page memory. Opening one
+is what any Redis client does on connect: TCP (``SO_RCVBUF`` set before the connect, see
+:func:`receive_buffer`) or a Unix socket, TLS with the context built from the same
+settings redis-py's connections get (:func:`~.config.tls_context`), then ``AUTH`` and
+``SELECT`` with the credentials and database redis-py parsed from the URL. All of it is
+bounded by ``connect_timeout_s``. Where to connect is asked anew for every connection
+(``resolve``): a fixed address, or the master a sentinel names now.
+
+:meth:`Pool.connection` lends one connection to one caller; a connection that saw any error
+(``broken``) is closed instead of returned, so a reply cut short (a server killed mid-batch,
+a cancelled read) never poisons the next caller. Waiting for a free connection is bounded by
+``connect_timeout_s``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
-from typing import Literal
+from collections.abc import Callable, Iterator
+from typing import Literal, Union
 
 from .config import Endpoint, RedisConfig
-from .resp import Connection, ReplyError, command
+from .frames import command
+from .resp import Connection, ReplyError
 
-__all__ = ["AuthError", "Pool", "connect", "receive_buffer"]
+__all__ = ["Address", "DialError", "Pool", "dial", "receive_buffer", "where"]
 
 log = logging.getLogger(__name__)
 
+#: ``(host, port)``, or the path of a Unix socket.
+Address = Union[tuple[str, int], str]
 #: Where Linux publishes the most a process may ask for with ``SO_RCVBUF``.
 RMEM_MAX_PATH = "/proc/sys/net/core/rmem_max"
 _capped_logged = False
 
 
-class AuthError(Exception):
-    """``AUTH`` or ``SELECT`` was refused (wrong credentials, unknown db): a configuration
-    error. ``key`` names the setting at fault when it is not the data password (the
-    sentinels' credentials: ``"sentinel_password"``). The message never holds a secret."""
+def where(address: Address) -> str:
+    """``host:port`` or the socket path: how an address appears in messages."""
+    return address if isinstance(address, str) else f"{address[0]}:{address[1]}"
 
-    def __init__(self, message: str, key: str | None = None) -> None:
+
+class DialError(OSError):
+    """A data connection could not be set up. ``reason``: ``"connection"``, ``"timeout"``,
+    ``"tls"`` (the handshake failed), ``"tls_verify"`` (the server's certificate is not
+    trusted) or ``"auth"`` (``AUTH`` / ``SELECT`` refused; ``key`` names the setting). The
+    message names the address and never holds a secret."""
+
+    def __init__(self, message: str, reason: str, key: str | None = None) -> None:
         super().__init__(message)
+        self.reason = reason
         self.key = key
-
-
-def _tls_context(cfg: RedisConfig) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=cfg.tls_ca_file)
-    if cfg.tls_cert_file and cfg.tls_key_file:
-        ctx.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
-    return ctx
 
 
 def receive_buffer(cfg: RedisConfig) -> int:
@@ -75,11 +86,20 @@ def receive_buffer(cfg: RedisConfig) -> int:
     return 0
 
 
-def _tcp_connect(host: str, port: int, timeout: float, rcvbuf: int) -> socket.socket:
-    """``socket.create_connection`` with ``SO_RCVBUF`` set *before* the connect (so the
-    window scale agreed in the handshake covers it) and ``TCP_NODELAY`` after."""
+def _socket(address: Address, timeout: float, rcvbuf: int) -> socket.socket:
+    """A connected socket: ``SO_RCVBUF`` set *before* the connect (so the window scale
+    agreed in the handshake covers it), ``TCP_NODELAY`` after."""
+    if isinstance(address, str):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(address)
+        except OSError:
+            sock.close()
+            raise
+        return sock
     err: OSError | None = None
-    for family, kind, proto, _, addr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+    for family, kind, proto, _, addr in socket.getaddrinfo(*address, 0, socket.SOCK_STREAM):
         sock = socket.socket(family, kind, proto)
         try:
             if rcvbuf:
@@ -91,32 +111,41 @@ def _tcp_connect(host: str, port: int, timeout: float, rcvbuf: int) -> socket.so
         except OSError as e:
             sock.close()
             err = e
-    raise err if err is not None else OSError(f"getaddrinfo found no address for {host}:{port}")
+    raise err if err is not None else OSError(f"no address found for {where(address)}")
 
 
-def connect(ep: Endpoint, cfg: RedisConfig, ctx: ssl.SSLContext | None) -> Connection:
-    """Open, authenticate and select the database. ``OSError`` when unreachable,
-    :class:`AuthError` when the server refuses the credentials or the db."""
-    if ep.sentinels:
-        host, port = master_of(ep, cfg)
-        ep = dataclasses.replace(ep, host=host, port=port, sentinels=())
-    if ep.unix_path:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(cfg.connect_timeout_s)
-        try:
-            sock.connect(ep.unix_path)
-        except OSError:
-            sock.close()
-            raise
-    else:
-        sock = _tcp_connect(ep.host, ep.port, cfg.connect_timeout_s, receive_buffer(cfg))
+def _why(e: OSError) -> str:
+    if isinstance(e, TimeoutError):
+        return "timed out"
+    return (e.strerror or str(e) or type(e).__name__).lower()
+
+
+def dial(address: Address, ep: Endpoint, cfg: RedisConfig, ctx: ssl.SSLContext | None) -> Connection:
+    """Open, secure, authenticate and select the database, within ``connect_timeout_s``.
+    Raises :class:`DialError` (the address in its message)."""
+    at = where(address)
+    deadline = time.monotonic() + cfg.connect_timeout_s
+    try:
+        sock = _socket(address, cfg.connect_timeout_s, receive_buffer(cfg))
+    except TimeoutError:
+        raise DialError(f"connect to {at} timed out", "timeout") from None
+    except OSError as e:
+        raise DialError(f"{_why(e)}: {at}", "connection") from None
     if ctx is not None:
         try:
-            sock = ctx.wrap_socket(sock, server_hostname=ep.host)
-        except OSError:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            sock = ctx.wrap_socket(sock, server_hostname=address[0] if isinstance(address, tuple) else None)
+        except ssl.SSLCertVerificationError as e:
             sock.close()
-            raise
-    conn = Connection(sock, cfg.socket_timeout_s)
+            raise DialError(
+                f"TLS handshake with {at} failed: the server's certificate is not trusted ({e.verify_message})",
+                "tls_verify",
+                key="tls_ca_file",
+            ) from None
+        except OSError as e:
+            sock.close()
+            raise DialError(f"TLS handshake with {at} failed: {_why(e)}", "tls") from None
+    conn = Connection(sock, min(cfg.socket_timeout_s, cfg.connect_timeout_s), where=at)
     try:
         hello: list[tuple[str, bytes]] = []
         if ep.password is not None:
@@ -125,74 +154,40 @@ def connect(ep: Endpoint, cfg: RedisConfig, ctx: ssl.SSLContext | None) -> Conne
         if ep.db:
             hello.append(("SELECT", command("SELECT", ep.db)))
         if hello:
-            conn.send([c for _, c in hello])
-            conn.round_trips -= 1  # the handshake is not a batch's round trip
+            conn.send([c for _, c in hello], counted=False)
             for what, _ in hello:
                 try:
                     conn.reply()
                 except ReplyError as e:
                     # The server's message names no secret (e.g. "WRONGPASS invalid ...").
-                    raise AuthError(f"{what} refused: {e}") from None
-    except BaseException:
+                    key = "db" if what == "SELECT" else "username / password" if ep.username else "password"
+                    raise DialError(f"{what} refused by {at}: {e}", "auth", key=key) from None
+    except DialError:
         conn.close()
         raise
+    except TimeoutError:
+        conn.close()
+        raise DialError(f"no answer from {at} to AUTH / SELECT within connect_timeout_s", "timeout") from None
+    except OSError as e:
+        conn.close()
+        raise DialError(f"{_why(e)}: {at}", "connection") from None
+    conn.set_timeout(cfg.socket_timeout_s)
     return conn
 
 
-def master_of(ep: Endpoint, cfg: RedisConfig) -> tuple[str, int]:
-    """Ask each sentinel in turn for the current master of ``ep.service`` (authenticating
-    first with the sentinel credentials when set). ``OSError`` when none knows it;
-    :class:`AuthError` (key ``sentinel_password``) when none answered and some refused the
-    sentinel credentials, or wanted some and none were given."""
-    hello: list[bytes] = []
-    if ep.sentinel_password is not None:
-        auth = (
-            [ep.sentinel_username, ep.sentinel_password] if ep.sentinel_username else [ep.sentinel_password]
-        )
-        hello.append(command("AUTH", *auth))
-    refused: str | None = None
-    for host, port in ep.sentinels:
-        try:
-            sock = socket.create_connection((host, port), timeout=cfg.connect_timeout_s)
-        except OSError:
-            continue
-        c = Connection(sock, cfg.socket_timeout_s)
-        try:
-            c.send([*hello, command("SENTINEL", "get-master-addr-by-name", ep.service)])
-            if hello:
-                try:
-                    c.reply()
-                except ReplyError as e:
-                    # e.g. "WRONGPASS invalid username-password pair ..." (names no secret)
-                    refused = f"sentinel {host}:{port} refused AUTH: {e}"
-                    continue
-            try:
-                reply = c.reply()
-            except ReplyError as e:
-                if str(e).startswith(("NOAUTH", "NOPERM")):
-                    refused = f"sentinel {host}:{port}: {e}"
-                continue
-        except OSError:
-            continue
-        finally:
-            c.close()
-        if isinstance(reply, list) and len(reply) == 2:
-            return reply[0].decode(), int(reply[1])
-    if refused is not None:
-        raise AuthError(
-            refused,
-            key="sentinel_username / sentinel_password" if ep.sentinel_username else "sentinel_password",
-        )
-    raise ConnectionError(f"redis: no sentinel knows the master of {ep.service!r}")
-
-
 class Pool:
-    """At most ``pool_size`` connections, created lazily, reused LIFO."""
+    """At most ``pool_size`` data connections to whatever ``resolve`` names, created
+    lazily, reused LIFO."""
 
-    def __init__(self, ep: Endpoint, cfg: RedisConfig) -> None:
+    def __init__(
+        self, resolve: Callable[[], Address], ep: Endpoint, cfg: RedisConfig, ctx: ssl.SSLContext | None
+    ) -> None:
+        self.resolve = resolve
         self.ep = ep
         self.cfg = cfg
-        self._ctx = _tls_context(cfg) if ep.tls else None
+        self.ctx = ctx
+        #: The address of the last connection opened (for messages).
+        self.where = ""
         self._idle: list[Connection] = []
         self._count = 0
         self._cond = threading.Condition()
@@ -205,6 +200,11 @@ class Pool:
         """Request flushes that waited for replies, over every connection ever opened."""
         with self._cond:
             return self._retired_trips + sum(c.round_trips for c in self._idle)
+
+    def dial(self) -> Connection:
+        address = self.resolve()
+        self.where = where(address)
+        return dial(address, self.ep, self.cfg, self.ctx)
 
     def _acquire(self, wait: bool = True) -> Connection | Literal[False] | None:
         """An idle connection, ``None`` (a slot for a new one), or ``False`` when
@@ -254,7 +254,7 @@ class Pool:
                     break
                 slots.append(more)
             for c in slots:
-                conns.append(c if c is not None else connect(self.ep, self.cfg, self._ctx))
+                conns.append(c if c is not None else self.dial())
             yield conns
         except BaseException:
             for c in conns:
@@ -267,18 +267,8 @@ class Pool:
     @contextlib.contextmanager
     def connection(self) -> Iterator[Connection]:
         """Lend a connection; a broken one is closed on return, never reused."""
-        conn = self._acquire()
-        assert conn is not False
-        try:
-            if conn is None:
-                conn = connect(self.ep, self.cfg, self._ctx)
-            yield conn
-        except BaseException:
-            if conn is not None:
-                conn.broken = True
-            raise
-        finally:
-            self._release(conn)
+        with self.connections(1) as cs:
+            yield cs[0]
 
     def drop_idle(self) -> None:
         """Close every idle connection (the master moved: they point at a replica now)."""
@@ -293,9 +283,4 @@ class Pool:
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            for c in self._idle:
-                self._retired_trips += c.round_trips
-                c.close()
-            self._count -= len(self._idle)
-            self._idle.clear()
-            self._cond.notify_all()
+        self.drop_idle()

@@ -1,21 +1,25 @@
 """``RedisTransport``: pages as Redis string values, one value per object.
 
-* ``exists``: one pipelined ``STRLEN`` per key, one round trip (``0`` means absent: no
-  stored object is empty).
+redis-py carries everything but the pages: the checks at construction, ``exists`` (one
+write of ``STRLEN`` commands, :func:`.client.run_commands`), ``delete``, ``clear`` (``SCAN`` + ``UNLINK``), ``health``
+(``PING``), and with ``redis+sentinel://`` the master's address (asked of the sentinels for
+every new data connection, so a failover is followed). The pages move over data connections
+of our own to that server (:mod:`.pool`):
+
 * ``read``: streamed ``MGET`` commands of at most 256 KiB of values each (see
   :mod:`.mget`): the first flush is the one round trip, the server never holds more than
-  about 512 KiB of replies per connection. Every bulk value is received straight into the caller's
-  segments (see :mod:`.resp`). A value of another size than its buffers is a miss, never a
-  partial page.
+  about 512 KiB of replies per connection. Every bulk value is received straight into the
+  caller's segments (see :mod:`.resp`). A value of another size than its buffers is a miss,
+  never a partial page.
 * ``write``: one create-if-absent write per object, the value sent from the caller's memory:
   ``SET key value NX [PX ttl]`` all pipelined, or, for values of at least 32 KiB, at most
   ``write_window`` (default 1) in flight per connection as ``SETNX key value`` (value last;
   ``SET ... NX PX`` with a TTL). Redis 7 reads "as much as possible" into the fresh query
   buffer left after a big value, so a pipelined next value lands at an offset and is moved
-  (``memmove``) before it can become the stored value without a copy: measured here, the
-  server spent 19 % of its time there and about 1.3x the CPU per byte of one-at-a-time writes.
-  ``SET`` / ``SETNX`` are atomic, so a reader sees the whole page or nothing; an existing
-  key is left untouched and counts as success (the first writer wins).
+  (``memmove``) before it can become the stored value without a copy; one value at a time
+  per connection avoids that copy. ``SET`` / ``SETNX`` are atomic, so a reader sees the
+  whole page or nothing; an existing key is left untouched and counts as success (the first
+  writer wins).
 * Large batches (``read`` / ``write`` of at least 4 MiB) are split into up to
   ``parallel_connections`` contiguous parts, each on its own pooled connection, run
   concurrently (the caller's thread runs the first): the server and the kernel copy for
@@ -28,8 +32,9 @@
   send in one round trip. A batch with a key more than once is written once per key, from
   the first copy (over several connections a later copy could otherwise land first).
 * I/O failure (refused, reset, timeout, a server killed mid-batch) raises
-  :class:`TransportError` for the whole batch (reason ``"connection"`` / ``"timeout"``);
-  the adapter turns it into misses. The connection is discarded, never reused.
+  :class:`TransportError` for the whole batch (reason ``"connection"`` / ``"timeout"`` ...,
+  the message naming the address); the adapter turns it into misses. The connection is
+  discarded, never reused.
 * An error reply for one command (``OOM``, ``NOPERM``) fails that command's keys only.
 """
 
@@ -37,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import ssl
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
@@ -47,16 +51,20 @@ from itertools import accumulate, pairwise
 from operator import itemgetter
 from typing import Any, ClassVar, TypeVar
 
-from hicache_sdk import Capabilities, ConfigError, Segments, Transport, TransportError
+import redis
+
+from hicache_sdk import Capabilities, Segments, Transport, TransportError
 from hicache_sdk.kit.batches import first_occurrences
 
-from .config import RedisConfig, parse_endpoint, redact_url
-from .frames import set_nx_frame
+from .checks import check_data_connection, check_rights, check_sentinels
+from .client import IO_ERRORS, closing, redis_kwargs, run_commands, sentinel, transport_error
+from .config import Endpoint, RedisConfig, parse_endpoint, redact_url, tls_context
 from .mget import ONE_AT_A_TIME, PIPELINED, chunk_keys, stream_mget
-from .pool import AuthError, Pool
-from .resp import CancelGuard, Connection, ProtocolError, ReplyError, command, views_of
+from .pool import Address, Pool
+from .resp import CancelGuard, Connection, ReplyError
+from .writes import frames, write_lanes, write_part
 
-__all__ = ["RedisTransport", "run_together"]
+__all__ = ["RedisTransport", "clear_matching", "glob_escape", "run_together", "same"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -112,81 +120,76 @@ class RedisTransport(Transport):
     #: cancel token's guard (the transport kit's cancellable contract).
     cancellable: ClassVar[bool] = True
 
+    #: redis-py's I/O failures (a batch raising one is a miss counted under its reason).
+    io_errors: ClassVar[tuple[type[BaseException], ...]] = IO_ERRORS
+
     def __init__(self, config: RedisConfig, *, probe: bool = True) -> None:
+        ep = self._settings(config)
+        self._sentinel: Any = None
+        resolve: Callable[[], Address]
+        if ep.sentinels:
+            self._sentinel = sentinel(ep, config)
+            self._client: Any = self._sentinel.master_for(ep.service)
+            resolve = partial(self._sentinel.discover_master, ep.service)
+        else:
+            self._client = redis.Redis(**redis_kwargs(ep, config))
+            fixed: Address = ep.unix_path or (ep.host, ep.port)
+            resolve = partial(same, fixed)
+        self._pool = Pool(resolve, ep, config, self._ctx)
+        if probe:
+            try:
+                self._check()
+            except BaseException:
+                self.close()
+                raise
+
+    def _settings(self, config: RedisConfig) -> Endpoint:
+        """What every redis transport keeps of its config (validated; never connects)."""
         self.config = config
-        self.endpoint = parse_endpoint(config)
+        self.endpoint = ep = parse_endpoint(config)
         self._prefix = config.key_prefix.encode()
-        try:
-            self._pool = Pool(self.endpoint, config)
-        except (OSError, ssl.SSLError) as e:
-            raise ConfigError(f"tls_ca_file / tls_cert_file: cannot load ({type(e).__name__})") from None
+        self._ctx = tls_context(config) if ep.tls else None
         self._ttl_ms = config.ttl_s * 1000
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
-        if probe:
-            self._probe()
+        return ep
 
-    # -- construction-time checks --------------------------------------------------------
-    def _probe(self, pool: Pool | None = None, cluster: bool = False) -> None:
-        """Fail loudly on misconfiguration the server reveals (wrong credentials, an
-        untrusted certificate, a user without rights on the prefix, or on ``CLUSTER SLOTS``
-        when ``cluster``); an unreachable server is not an error (the breaker starts open).
-        ``pool``: the node to ask (default: this transport's). On a cluster node a
-        ``MOVED`` / ``ASK`` answer passes: Redis checks ACL rights before redirecting."""
-        where = redact_url(self.config.url)
-        probes = [("read", command("STRLEN", self._prefix + b"__hicache_probe__"))]
-        if cluster:
-            probes.append(("CLUSTER SLOTS", command("CLUSTER", "SLOTS")))
-        try:
-            with (pool or self._pool).connection() as c:
-                c.send([cmd for _, cmd in probes], counted=False)
-                for what, _ in probes:
-                    try:
-                        c.reply()
-                    except ReplyError as e:
-                        if not (what == "read" and str(e).startswith(("MOVED ", "ASK "))):
-                            raise ReplyError(what, str(e)) from None
-        except AuthError as e:
-            key = e.key or ("username / password" if self.endpoint.username else "password")
-            raise ConfigError(f"{key}: the server at {where} refused them ({e})") from None
-        except ssl.SSLCertVerificationError:
-            raise ConfigError(f"tls_ca_file: the server certificate at {where} is not trusted") from None
-        except ReplyError as e:
-            what, msg = e.args if len(e.args) == 2 else ("read", str(e))
-            if msg.startswith("NOAUTH"):
-                raise ConfigError(
-                    f"password: the server at {where} requires one and none was given"
-                ) from None
-            if msg.startswith("NOPERM") and what == "read":
-                raise ConfigError(
-                    f"username: this ACL user may not read keys under key_prefix {self.config.key_prefix!r} ({msg})"
-                ) from None
-            if msg.startswith("NOPERM"):
-                raise ConfigError(f"username: this ACL user may not run {what} ({msg})") from None
-            raise ConfigError(f"url: the server refused a {what} ({msg})") from None
-        except (OSError, ProtocolError) as e:
-            log.info("redis at %s unreachable at construction (%s)", where, type(e).__name__)
+    def _check(self) -> None:
+        """The construction checks (:mod:`.checks`), each bounded by ``connect_timeout_s``."""
+        ep, cfg = self.endpoint, self.config
+        if self._sentinel is not None:
+            quick = sentinel(ep, cfg, timeout=cfg.connect_timeout_s)
+            try:
+                check_sentinels(quick, ep, cfg)
+                if check_data_connection(self._pool, cfg):
+                    node = quick.master_for(ep.service)  # type: ignore[no-untyped-call]
+                    check_rights(ep, cfg, self._prefix, node=node)
+                    closing(node)
+            finally:
+                for c in quick.sentinels:
+                    closing(c)
+        elif check_data_connection(self._pool, cfg):
+            check_rights(ep, cfg, self._prefix)
 
     # -- plumbing ------------------------------------------------------------------------
     def _call(self, what: str, fn: Callable[[Connection], T]) -> T:
         return self._call_many(what, 1, lambda cs: fn(cs[0]))
 
     def _call_many(self, what: str, n: int, fn: Callable[[list[Connection]], T]) -> T:
-        """Run ``fn`` on 1 to ``n`` lent connections; map failures to :class:`TransportError`."""
+        """Run ``fn`` on 1 to ``n`` lent data connections; map failures to
+        :class:`TransportError` (the address in its message)."""
         try:
             with self._pool.connections(n) as cs:
                 return fn(cs)
-        except TransportError:
-            raise
-        except AuthError as e:
-            raise TransportError(f"redis {what}: {e}", reason="auth") from None
-        except TimeoutError:
-            raise TransportError(f"redis {what}: timed out", reason="timeout") from None
-        except (OSError, ProtocolError) as e:
-            raise TransportError(f"redis {what}: {type(e).__name__}", reason="connection") from None
-        except ReplyError as e:
-            reason = "permission" if str(e).startswith("NOPERM") else "server"
-            raise TransportError(f"redis {what}: {e}", reason=reason) from None
+        except Exception as e:
+            raise transport_error(e, what, self._pool.where) from None
+
+    def _redis(self, what: str, fn: Callable[[Any], T]) -> T:
+        """Run ``fn`` on the redis-py client; map failures to :class:`TransportError`."""
+        try:
+            return fn(self._client)
+        except Exception as e:
+            raise transport_error(e, what, self._pool.where or self.endpoint.address) from None
 
     def _parts(self, sizes: list[int]) -> int:
         """How many connections a batch of values of ``sizes`` bytes is worth."""
@@ -230,19 +233,20 @@ class RedisTransport(Transport):
 
     # -- Transport -----------------------------------------------------------------------
     def exists(self, keys: Sequence[str]) -> list[int | None]:
+        """``STRLEN`` of every key in one write and one round trip (redis-py); ``0`` means
+        absent (no stored object is empty). An error reply fails the batch."""
         if not keys:
             return []
         p = self._prefix
 
-        def run(c: Connection) -> list[int | None]:
-            c.send([command("STRLEN", p + k.encode()) for k in keys])
-            out: list[int | None] = []
-            for _ in keys:
-                n = c.reply()
-                out.append(n if isinstance(n, int) and n > 0 else None)
-            return out
+        def run(r: Any) -> list[int | None]:
+            got = run_commands(r, [("STRLEN", p + k.encode()) for k in keys])
+            for x in got:
+                if isinstance(x, Exception):
+                    raise x
+            return [n or None for n in got]
 
-        return self._call("exists", run)
+        return self._redis("exists", run)
 
     def read(
         self, keys: Sequence[str], buffers: Sequence[Segments], cancel: CancelGuard | None = None
@@ -281,46 +285,20 @@ class RedisTransport(Transport):
     def _write_distinct(
         self, keys: Sequence[str], buffers: Sequence[Segments], cancel: CancelGuard | None
     ) -> list[bool]:
-        p = self._prefix
         sizes = [sum(map(_nbytes, segs)) for segs in buffers]
         out = [False] * len(keys)
         # Big values go write_window at a time per connection (see RedisConfig.write_window).
         window = self.config.write_window if max(sizes) >= _BIG_VALUE else 0
+        heads, tail = frames([self._prefix + k.encode() for k in keys], sizes, self._ttl_ms, window)
 
-        def one(i: int) -> list[bytes | memoryview]:
-            head, tail = set_nx_frame(p + keys[i].encode(), sizes[i], self._ttl_ms, window > 0)
-            return [head, *views_of(buffers[i]), tail]
-
-        def answer(c: Connection, i: int) -> None:
-            try:
-                c.reply()  # OK / :1, or nil / :0 when the key already existed (NX)
-                out[i] = True
-            except ReplyError as e:
-                log.debug("redis SET refused: %s", e)
-                if str(e).startswith("READONLY"):  # a failover demoted this server
-                    c.broken = True
-                    self._pool.drop_idle()
-
-        def windowed(lanes: list[tuple[Connection, Sequence[int]]], first: bool) -> None:
-            # Each lane (a connection and its values, in order) keeps `window` values in
-            # flight: its first window in one flush, then the next value as each reply
-            # arrives. Lane 0's flushes are round trips of the batch (when `first`).
-            for j, (c, idx) in enumerate(lanes):
-                c.send([x for i in idx[:window] for x in one(i)], counted=first and j == 0, cancel=cancel)
-            for n in range(max(len(idx) for _, idx in lanes)):  # the n-th reply of each lane
-                for j, (c, idx) in enumerate(lanes):
-                    if n < len(idx):
-                        answer(c, idx[n])
-                        if n + window < len(idx):
-                            c.send(one(idx[n + window]), counted=first and j == 0, cancel=cancel)
+        def refused(c: Connection, e: ReplyError) -> None:
+            log.debug("redis SET refused: %s", e)
+            if str(e).startswith("READONLY"):  # a failover demoted this server
+                c.broken = True
+                self._pool.drop_idle()
 
         def part(c: Connection, idx: list[int], first: bool) -> None:
-            if window:
-                windowed([(c, idx)], first)
-                return
-            c.send([x for i in idx for x in one(i)], counted=first, cancel=cancel)
-            for i in idx:
-                answer(c, i)
+            write_part(c, idx, heads, tail, buffers, window, out, cancel, counted=first, refused=refused)
 
         def run(cs: list[Connection]) -> list[bool]:
             self._concurrently(cs, sizes, part, cancel)
@@ -331,7 +309,8 @@ class RedisTransport(Transport):
             with contextlib.ExitStack() as watching:
                 for c in cs:
                     watching.enter_context(c.watch(cancel))
-                windowed([(c, range(j, len(keys), len(cs))) for j, c in enumerate(cs)], True)
+                lanes = [(c, range(j, len(keys), len(cs))) for j, c in enumerate(cs)]
+                write_lanes(lanes, heads, tail, buffers, window, out, cancel, counted=True, refused=refused)
             return out
 
         parts = self._parts(sizes)
@@ -343,58 +322,78 @@ class RedisTransport(Transport):
         return self._call_many("write", parts, run)
 
     def delete(self, keys: Sequence[str]) -> None:
+        """``UNLINK`` (redis-py), 1000 keys per command; errors are logged and swallowed."""
         if not keys:
             return
         names = [self._prefix + k.encode() for k in keys]
 
-        def run(c: Connection) -> None:
-            cmds = [command("UNLINK", *names[i : i + 1000]) for i in range(0, len(names), 1000)]
-            c.send(cmds)
-            for _ in cmds:
-                c.reply()
+        def run(r: Any) -> None:
+            pipe = r.pipeline(transaction=False)
+            for i in range(0, len(names), 1000):
+                pipe.unlink(*names[i : i + 1000])
+            pipe.execute()
 
         try:
-            self._call("delete", run)
+            self._redis("delete", run)
         except TransportError as e:
             log.debug("redis delete failed: %s", e)
 
     def clear(self, prefix: str) -> None:
-        """Remove every key under ``key_prefix + prefix`` (``SCAN`` + ``UNLINK``); errors are
-        swallowed (a later clear finishes the job)."""
-        pattern = (self.config.key_prefix + prefix).translate(_GLOB).encode() + b"*"
-
-        def run(c: Connection) -> None:
-            cursor = b"0"
-            while True:
-                c.send([command("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)])
-                reply: Any = c.reply()
-                cursor, names = reply[0], reply[1]
-                if names:
-                    c.send([command("UNLINK", *names)])
-                    c.reply()
-                if cursor == b"0":
-                    return
-
-        try:
-            self._call("clear", run)
-        except TransportError as e:
-            log.debug("redis clear failed: %s", e)
+        """Remove every key under ``key_prefix + prefix`` (``SCAN MATCH`` with the glob
+        characters of both escaped, then ``UNLINK``). ``key_prefix`` ends with ``:`` (or is
+        empty), so no other prefix's keys match. Raises :class:`TransportError` when the
+        server fails (a later clear finishes the job)."""
+        self._redis("clear", partial(clear_matching, pattern=glob_escape(self.config.key_prefix + prefix)))
 
     def health(self) -> bool:
-        def run(c: Connection) -> bool:
-            c.send([command("PING")])
-            c.reply()  # "+PONG"
-            return True
-
+        """``PING`` (redis-py)."""
         try:
-            return self._call("health", run)
+            return bool(self._redis("health", lambda r: r.ping()))
         except TransportError:
             return False
 
     def close(self) -> None:
         self._pool.close()
+        closing(self._client)
+        if self._sentinel is not None:
+            for c in self._sentinel.sentinels:
+                closing(c)
         if self._executor is not None:
             self._executor.shutdown(wait=False)
 
     def __repr__(self) -> str:
         return f"RedisTransport(url={redact_url(self.config.url)!r}, key_prefix={self.config.key_prefix!r})"
+
+
+def same(address: Address) -> Address:
+    """``address`` (a ``resolve`` for a data pool whose server does not move)."""
+    return address
+
+
+def glob_escape(text: str) -> bytes:
+    """``text`` as a ``SCAN MATCH`` pattern that matches it literally, ``*`` appended."""
+    return text.translate(_GLOB).encode() + b"*"
+
+
+def clear_matching(r: Any, pattern: bytes, *, per_key: bool = False) -> None:
+    """``UNLINK`` every key ``SCAN MATCH pattern`` finds on the server of client ``r``, 1000
+    at a time (``per_key``: one ``UNLINK`` per key, pipelined: a cluster node refuses a
+    command whose keys are in different slots)."""
+    found: list[bytes] = []
+
+    def unlink() -> None:
+        if per_key:
+            pipe = r.pipeline(transaction=False)
+            for name in found:
+                pipe.unlink(name)
+            pipe.execute()
+        else:
+            r.unlink(*found)
+        found.clear()
+
+    for name in r.scan_iter(match=pattern, count=1000):
+        found.append(name)
+        if len(found) >= 1000:
+            unlink()
+    if found:
+        unlink()

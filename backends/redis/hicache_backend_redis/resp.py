@@ -1,6 +1,8 @@
-"""A small RESP2 connection whose bulk replies land straight in caller memory.
+"""The data connection: RESP2 on a socket of our own, bulk replies straight into caller memory.
 
-:class:`Connection` owns one socket (TCP, Unix or TLS). Requests are written with
+It carries the payload path only (``MGET``, create-if-absent ``SET`` / ``SETNX`` and their
+replies; ``AUTH`` / ``SELECT`` when it is opened, see :mod:`.pool`); every other command goes
+through redis-py. :class:`Connection` owns one socket (TCP, Unix or TLS). Requests are written with
 ``sendmsg`` (or ``sendall`` over TLS) from a list of buffers, so page bytes are sent from
 the caller's memory without a copy. Replies are parsed from a small private buffer, except
 bulk values read *into* segments: :meth:`Connection.read_bulk_into` copies what is already
@@ -57,9 +59,10 @@ _CANCEL_POLL_S = 0.05
 class Connection:
     """One RESP connection; not thread-safe (the pool hands it to one caller at a time)."""
 
-    def __init__(self, sock: socket.socket, timeout_s: float) -> None:
+    def __init__(self, sock: socket.socket, timeout_s: float, where: str = "") -> None:
         self.sock = sock
-        self.timeout_s = timeout_s
+        #: The peer's address (``host:port`` or a socket path), for messages.
+        self.where = where
         self.tls = isinstance(sock, ssl.SSLSocket)
         #: Plain sockets are blocking, bounded by SO_RCVTIMEO / SO_SNDTIMEO: a value is
         #: received with one ``MSG_WAITALL`` receive (the kernel fills the page as the bytes
@@ -68,11 +71,9 @@ class Connection:
         self.blocking = not self.tls
         if self.blocking:
             sock.settimeout(None)
-            tv = struct.pack("ll", int(timeout_s), int((timeout_s % 1) * 1e6))
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
         else:
             sock.setblocking(False)
+        self.set_timeout(timeout_s)
         self._buf = bytearray(RECV)
         self._view = memoryview(self._buf)
         self._start = 0
@@ -86,6 +87,15 @@ class Connection:
         #: Calls under :attr:`cancel` may block: its interrupter ends them (plain sockets).
         self._interruptible = False
         self._polls: dict[int, Any] = {}
+
+    def set_timeout(self, timeout_s: float) -> None:
+        """Bound every wait for the socket by ``timeout_s`` (``SO_RCVTIMEO`` /
+        ``SO_SNDTIMEO`` on a plain socket, the poll deadline on every socket)."""
+        self.timeout_s = timeout_s
+        if self.blocking:
+            tv = struct.pack("ll", int(timeout_s), int((timeout_s % 1) * 1e6))
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
 
     @contextlib.contextmanager
     def watch(self, cancel: CancelGuard | None) -> Iterator[None]:
@@ -287,8 +297,10 @@ class Connection:
         self.broken = True
         raise ProtocolError(f"redis: unexpected reply {line[:40]!r}")
 
-    def reply(self) -> Any:
-        """Read a whole small reply (status, integer, bulk as bytes, arrays as lists)."""
+    def reply(self) -> int | str | bytes | None:
+        """Read one small reply of the payload path: a status (``"OK"``), an integer, a
+        bulk string as bytes, or ``None`` (a null bulk). An array is a
+        :class:`ProtocolError` (no command of the payload path answers with one)."""
         kind, n = self.header()
         if kind == 0x2B or kind == 0x3A:
             return n if kind == 0x3A else "OK"
@@ -297,9 +309,8 @@ class Connection:
                 return None
             data = self._take(n + 2, time.monotonic() + self.timeout_s)
             return data[:-2]
-        if n < 0:
-            return None
-        return [self.reply() for _ in range(n)]
+        self.broken = True
+        raise ProtocolError("redis: unexpected array reply")
 
     def read_bulk_into(
         self, segments: Sequence[tuple[int, int]], cancel: CancelGuard | None = None

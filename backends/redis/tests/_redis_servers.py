@@ -13,11 +13,13 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "RedisClusterServers",
     "RedisServer",
     "TlsFiles",
+    "call",
     "free_port",
     "make_tls_files",
     "redis_server_binary",
@@ -26,6 +28,18 @@ __all__ = [
 
 def redis_server_binary() -> str | None:
     return shutil.which("redis-server")
+
+
+def call(port: int, *args: bytes | str | int, password: str | None = None, timeout: float = 10.0) -> Any:
+    """One command on a redis-py connection of its own to ``127.0.0.1:port`` (out of band),
+    the reply as redis-py parses it."""
+    import redis
+
+    r = redis.Redis(host="127.0.0.1", port=port, password=password, socket_timeout=timeout)
+    try:
+        return r.execute_command(*args)
+    finally:
+        r.close()
 
 
 def free_port() -> int:

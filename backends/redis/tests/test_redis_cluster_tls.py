@@ -22,7 +22,18 @@ if shutil.which("openssl") is None:  # pragma: no cover - depends on the machine
 
 PW = "cl-Sup3r-s3cret-pw"
 USER_PW = "cl-us3r-s3cret-pw"
-RIGHTS = ["+strlen", "+mget", "+set", "+setnx", "+unlink", "+scan", "+ping", "+asking", "+cluster|slots"]
+RIGHTS = [
+    "+strlen",
+    "+mget",
+    "+set",
+    "+setnx",
+    "+unlink",
+    "+scan",
+    "+ping",
+    "+asking",
+    "+command",
+    "+cluster|slots",
+]
 
 
 @pytest.fixture(scope="module")

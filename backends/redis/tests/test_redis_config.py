@@ -4,14 +4,12 @@ never appear in reprs, errors or logs; ACL users restricted to the key prefix.""
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from _redis_servers import RedisServer
+from _redis_servers import RedisServer, call
 from hicache_backend_redis import RedisConfig, RedisTransport, redact_url
-from hicache_backend_redis.resp import Connection, command
 
 from hicache_sdk import ConfigError, HiCacheError
 
@@ -26,30 +24,11 @@ def acl_server() -> Iterator[RedisServer]:
     srv = RedisServer(extra=["--requirepass", PW])
     srv.start()
     try:
-        c = Connection(socket.create_connection(("127.0.0.1", srv.port), 2), 5)
-        setup = [
-            command("AUTH", PW),
-            command(
-                "ACL",
-                "SETUSER",
-                "pages",
-                "on",
-                ">" + USER_PW,
-                "~pfx:*",
-                "resetchannels",
-                "+strlen",
-                "+mget",
-                "+set",
-                "+setnx",
-                "+unlink",
-                "+scan",
-                "+ping",
-            ),
-            command("ACL", "SETUSER", "nobody", "on", ">" + USER_PW, "~other:*", "+@all"),
-        ]
-        c.send(setup)
-        assert [c.reply() for _ in setup] == ["OK"] * 3
-        c.close()
+        rights = ["+strlen", "+mget", "+set", "+setnx", "+unlink", "+scan", "+ping"]
+        pages = ["ACL", "SETUSER", "pages", "on", ">" + USER_PW, "~pfx:*", "resetchannels", *rights]
+        assert call(srv.port, *pages, password=PW) == b"OK"
+        nobody = ["ACL", "SETUSER", "nobody", "on", ">" + USER_PW, "~other:*", "+@all"]
+        assert call(srv.port, *nobody, password=PW) == b"OK"
         yield srv
     finally:
         srv.close()
@@ -68,6 +47,18 @@ def _pw_free(text: str) -> None:
         ({"url": "unix://"}, "url"),
         ({"url": "rediss://127.0.0.1:1/0"}, "tls_ca_file"),
         ({"url": "redis://127.0.0.1:1/0", "tls_ca_file": "/x"}, "tls_ca_file"),
+        (
+            {"url": "redis://127.0.0.1:1/0?socket_timeout=1"},
+            "url: query parameter 'socket_timeout'.*socket_timeout_s",
+        ),
+        (
+            {"url": "redis://127.0.0.1:1/0?pasword=x"},
+            "url: query parameter 'pasword'.*db, username, password",
+        ),
+        ({"url": "redis://127.0.0.1:1/0?db=x"}, "url"),
+        ({"url": "redis+sentinel://127.0.0.1:1/svc?password=x"}, "url"),
+        ({"key_prefix": "p"}, "key_prefix: must be empty or end with ':'.*'p:'"),
+        ({"key_prefix": "p:x"}, "key_prefix"),
     ],
 )
 def test_bad_settings_fail_at_construction(kw: dict[str, str], names: str) -> None:
@@ -129,3 +120,46 @@ def test_acl_user_without_rights_is_a_clear_error(acl_server: RedisServer) -> No
         RedisTransport(
             RedisConfig(url=acl_server.url, username="nobody", password=USER_PW, key_prefix="pfx:")
         )
+
+
+def test_a_password_in_the_url_query_is_honoured_as_redis_py_does(
+    acl_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``?password=`` (and ``?username=``) are credentials, as redis-py reads them; the
+    ``password`` setting wins over them; none of them is ever shown."""
+    caplog.set_level(logging.DEBUG)
+    base = f"redis://127.0.0.1:{acl_server.port}/0"
+    a = np.arange(100, dtype=np.uint8)
+    seg = [(int(a.ctypes.data), a.nbytes)]
+    for cfg in (
+        RedisConfig(url=f"{base}?password={PW}"),
+        RedisConfig(url=f"{base}?username=pages&password={USER_PW}", key_prefix="pfx:"),
+        RedisConfig(url=f"{base}?password=wrong-{PW}", password=PW),
+    ):
+        t = RedisTransport(cfg)
+        try:
+            assert t.write(["q"], [seg]) == [True]
+            assert t.exists(["q", "none"]) == [100, None]
+            for text in (repr(cfg), str(cfg), repr(t), repr(t.endpoint), str(cfg.redacted())):
+                _pw_free(text)
+        finally:
+            t.close()
+    with pytest.raises(ConfigError, match=r"^password: .*WRONGPASS") as ei:
+        RedisTransport(RedisConfig(url=f"{base}?password=wrong-{PW}"))
+    _pw_free(str(ei.value))
+    _pw_free(caplog.text)
+
+
+def test_a_cluster_node_used_as_a_single_server_is_named(tmp_path: object) -> None:
+    """A node of a Redis Cluster under ``cluster: false`` is a ConfigError naming
+    ``cluster`` (its pages would be refused with MOVED one slot at a time)."""
+    from _redis_servers import RedisClusterServers
+
+    c = RedisClusterServers(masters=3)
+    c.start()
+    try:
+        for prefix in ("a:", "b:", "c:", "d:"):  # whichever node owns the probe key
+            with pytest.raises(ConfigError, match=r"^cluster: .* set cluster: true"):
+                RedisTransport(RedisConfig(url=c.url, key_prefix=prefix))
+    finally:
+        c.close()

@@ -7,15 +7,13 @@ the objects out of band under the key prefix."""
 from __future__ import annotations
 
 import dataclasses
-import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _redis_servers import RedisServer
+from _redis_servers import RedisServer, call
 from hicache_backend_redis import RedisStorage
-from hicache_backend_redis.resp import Connection, command
 from hicache_conformance import BackendSuite, TransportTests
 
 _SERVER = RedisServer(extra=["--enable-debug-command", "local"])
@@ -31,17 +29,8 @@ def _redis_for_conformance() -> Iterator[None]:
         _SERVER.close()
 
 
-def _conn() -> Connection:
-    return Connection(socket.create_connection(("127.0.0.1", _SERVER.port), 2), 10)
-
-
 def _call(*args: bytes | str | int) -> Any:
-    c = _conn()
-    try:
-        c.send([command(*args)])
-        return c.reply()
-    finally:
-        c.close()
+    return call(_SERVER.port, *args, timeout=30)
 
 
 class RedisRawObjects:
@@ -51,14 +40,16 @@ class RedisRawObjects:
         return str(backend.raw_transport.config.key_prefix)
 
     def names(self, backend: Any) -> list[str]:
+        import redis
+
         p = self._prefix(backend)
-        out: list[str] = []
-        cursor = b"0"
-        while True:
-            cursor, keys = _call("SCAN", cursor, "MATCH", p.replace("*", "\\*") + "*", "COUNT", 1000)
-            out += [k.decode()[len(p) :] for k in keys]
-            if cursor == b"0":
-                return sorted(out)
+        r = redis.Redis(host="127.0.0.1", port=_SERVER.port)
+        try:
+            return sorted(
+                k.decode()[len(p) :] for k in r.scan_iter(match=p.replace("*", "\\*") + "*", count=1000)
+            )
+        finally:
+            r.close()
 
     def get(self, backend: Any, name: str) -> bytes | None:
         v = _call("GET", self._prefix(backend) + name)
@@ -69,6 +60,13 @@ class RedisRawObjects:
 
     def delete(self, backend: Any, name: str) -> None:
         _call("DEL", self._prefix(backend) + name)
+
+
+def _sleep(seconds: float) -> None:
+    try:
+        _call("DEBUG", "SLEEP", f"{seconds:.2f}")
+    except Exception:  # killed while sleeping (L4 stops the server): expected
+        pass
 
 
 class ServerFaults:
@@ -85,7 +83,7 @@ class ServerFaults:
         _SERVER.start()
 
     def add_delay(self, seconds: float) -> None:
-        self._sleeper = threading.Thread(target=_call, args=("DEBUG", "SLEEP", f"{seconds:.2f}"), daemon=True)
+        self._sleeper = threading.Thread(target=_sleep, args=(seconds,), daemon=True)
         self._sleeper.start()
 
     def clear_delay(self) -> None:

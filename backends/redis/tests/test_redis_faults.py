@@ -3,16 +3,14 @@ the reply not yet), down, restarted empty, unreachable at construction."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from _redis_servers import RedisServer, free_port
+from _redis_servers import RedisServer, call, free_port
 from hicache_backend_redis import RedisConfig, RedisTransport
-from hicache_backend_redis.resp import Connection, command
 
 from hicache_sdk import TransportError
 
@@ -30,12 +28,9 @@ def server() -> Iterator[RedisServer]:
 def _sleep_server(srv: RedisServer, seconds: float) -> threading.Thread:
     def run() -> None:
         try:
-            c = Connection(socket.create_connection(("127.0.0.1", srv.port), 2), 10)
-            c.send([command("DEBUG", "SLEEP", seconds)])
-            c.reply()
-            c.close()
-        except OSError:
-            pass  # killed while sleeping: expected
+            call(srv.port, "DEBUG", "SLEEP", seconds)
+        except Exception:  # killed while sleeping: expected
+            pass
 
     th = threading.Thread(target=run, daemon=True)
     th.start()
@@ -116,3 +111,30 @@ def test_unreachable_at_construction_is_not_an_error() -> None:
     finally:
         t.close()
         srv.close()
+
+
+def test_io_failures_are_declared_and_name_the_address() -> None:
+    """redis-py's I/O exceptions are the transports' ``io_errors``; a refused connection is
+    a TransportError (reason ``connection``) whose message names the address, on the data
+    path (our sockets) and on redis-py's (exists)."""
+    import redis
+    from hicache_backend_redis.cluster_transport import RedisClusterTransport
+
+    for cls in (RedisTransport, RedisClusterTransport):
+        assert {redis.ConnectionError, redis.TimeoutError} <= set(cls.io_errors)
+        assert issubclass(redis.AuthenticationError, cls.io_errors)
+    port = free_port()
+    t = RedisTransport(RedisConfig(url=f"redis://127.0.0.1:{port}/0", connect_timeout_s=0.5))
+    try:
+        a = np.zeros(10, np.uint8)
+        for call_ in (
+            lambda: t.read(["k"], [_segs(a)]),
+            lambda: t.write(["k"], [_segs(a)]),
+            lambda: t.exists(["k"]),
+        ):
+            with pytest.raises(TransportError) as ei:
+                call_()
+            assert ei.value.reason == "connection"
+            assert str(ei.value).endswith(f": connection refused: 127.0.0.1:{port}"), str(ei.value)
+    finally:
+        t.close()

@@ -54,3 +54,51 @@ def test_missing_ca_file_is_a_config_error(tls: tuple[RedisServer, Path, Path], 
     srv, _, _ = tls
     with pytest.raises(ConfigError, match="tls_ca_file"):
         RedisTransport(RedisConfig(url=srv.url, tls_ca_file=str(tmp_path / "absent.crt")))
+
+
+def test_tls_against_a_plain_server_says_the_handshake_failed(
+    tls: tuple[RedisServer, Path, Path], redis_server: RedisServer
+) -> None:
+    """``rediss://`` with a CA file, pointed at a server that speaks plain RESP: Redis waits
+    for the rest of a "command" that is really a TLS ClientHello, so the handshake only
+    times out. Construction says so, with the address, instead of starting as
+    "unreachable"."""
+    _, ca, _ = tls
+    url = f"rediss://127.0.0.1:{redis_server.port}/0"
+    with pytest.raises(ConfigError) as ei:
+        RedisTransport(RedisConfig(url=url, tls_ca_file=str(ca), connect_timeout_s=0.5))
+    msg = str(ei.value)
+    assert msg.startswith(f"url: TLS handshake with 127.0.0.1:{redis_server.port} failed"), msg
+    assert "does not speak TLS on this port" in msg
+
+
+def test_a_tls_handshake_failure_at_run_time_names_the_address(tls: tuple[RedisServer, Path, Path]) -> None:
+    """A data connection whose TLS handshake fails raises a TransportError (reason
+    ``tls``) whose message names the handshake and the address: what ``hicache ping`` shows."""
+    import socket
+    import threading
+
+    from hicache_sdk import TransportError
+
+    srv, ca, _ = tls
+    t = RedisTransport(RedisConfig(url=srv.url, tls_ca_file=str(ca), connect_timeout_s=0.5))
+    mute = socket.socket()  # a listener that accepts and never answers: a stalled handshake
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)
+    port = mute.getsockname()[1]
+    held: list[socket.socket] = []
+    acceptor = threading.Thread(target=lambda: held.append(mute.accept()[0]), daemon=True)
+    acceptor.start()
+    try:
+        t._pool.drop_idle()
+        t._pool.resolve = lambda: ("127.0.0.1", port)
+        a = np.zeros(10, np.uint8)
+        with pytest.raises(TransportError) as ei:
+            t.read(["k"], [[(int(a.ctypes.data), a.nbytes)]])
+        assert ei.value.reason == "tls"
+        assert str(ei.value) == f"redis read: TLS handshake with 127.0.0.1:{port} failed: timed out"
+    finally:
+        t.close()
+        mute.close()
+        for s in held:
+            s.close()
