@@ -93,12 +93,6 @@ def test_batch_set_v1_returns_within_its_deadline(frozen: tuple[RedisServer, Red
         assert got == [False] * PAGES and took <= TRANSFER_S + SLACK_S, took
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the paged adapter asks exists() after a failed read (hicache_sdk/paged/columns.py "
-    "read_columns: 'failed ones get one existence check'), a second deadline of exists_timeout_s "
-    "after the transfer's own",
-)
 def test_batch_get_v1_returns_within_its_deadline(frozen: tuple[RedisServer, RedisStorage]) -> None:
     _, s = frozen
     for _ in range(2):
