@@ -26,6 +26,13 @@ class RedisStorage(PagedStorage):
     transport_cls = RedisTransport  # capabilities derive from it (the cluster transport declares the same)
     backend_name: ClassVar[str] = "redis"
 
+    @classmethod
+    def accelerators(cls) -> dict[str, bool]:
+        """The optional compiled reader and writer of page bytes, and whether it is built."""
+        from .native_mget import NATIVE
+
+        return {"hicache_backend_redis._bulkread": NATIVE}
+
     def create_transport(self, config: Any) -> Transport:
         if config.cluster:
             from .cluster_transport import RedisClusterTransport
