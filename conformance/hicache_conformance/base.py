@@ -115,10 +115,33 @@ class SuiteBase:
     @classmethod
     def capabilities_of(cls) -> Capabilities:
         """The test class's ``declared_capabilities``, else the backend class's own
-        declaration, else what the class implements (see :func:`infer_capabilities`)."""
+        declaration for the test class's ``config`` (see :meth:`capability_notes`), else
+        what the class implements (see :func:`infer_capabilities`)."""
         if cls.declared_capabilities is not None:
             return cls.declared_capabilities
+        for_config = cls._capabilities_for_config()
+        if for_config is not None:
+            return for_config[0]
         return infer_capabilities(cls.backend_class())[0]
+
+    @classmethod
+    def capability_notes(cls) -> dict[str, str]:
+        """Why a capability differs for this config: a backend class may define
+        ``capabilities_for_config(config) -> (Capabilities, {name: why})``, the
+        capabilities of an instance built with that ``extra_config`` (a Mooncake client
+        that holds its own segment is not ``persistent``); the reason goes into the skip."""
+        if cls.declared_capabilities is not None:
+            return {}
+        for_config = cls._capabilities_for_config()
+        return dict(for_config[1]) if for_config is not None else {}
+
+    @classmethod
+    def _capabilities_for_config(cls) -> tuple[Capabilities, Mapping[str, str]] | None:
+        hook = getattr(cls.backend_class(), "capabilities_for_config", None)
+        if not callable(hook):
+            return None
+        caps, notes = hook(dict(cls.config))
+        return caps, notes
 
     @classmethod
     def inferred_capabilities(cls) -> tuple[str, ...]:
@@ -231,7 +254,9 @@ class SuiteBase:
         caps = self.capabilities_of()
         missing = missing_capabilities(caps, needed)
         if missing:
-            pytest.skip(f"backend does not declare {', '.join(missing)}")
+            notes = self.capability_notes()
+            why = "".join(f"; {m}: {notes[m]}" for m in missing if m in notes)
+            pytest.skip(f"backend does not declare {', '.join(missing)}{why}")
         why = strict_reason(fn)
         request.node.user_properties.append(("hicache_rule", "strict" if why else "contract"))
         if why is not None and self.active_profile() != "strict":

@@ -7,7 +7,8 @@ the host-pool case and which I/O path to use); :func:`run_child` runs
 child builds the backend the way SGLang's loader does, registers a KV pool, **reads**
 ``job.read`` (reporting the sha256 of each hit's bytes, ``None`` for a miss), then
 **writes** ``job.write`` with the suite's deterministic page pattern of each key
-(``pools.pattern(key, page_bytes)``), closes the backend and writes a JSON result.
+(``pools.pattern(key, page_bytes)``), writes a JSON result and closes the backend (with
+``while_alive``, only once the parent is done reading).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,10 +55,18 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def run_child(job: ChildJob, timeout: float = 60.0) -> dict[str, Any]:
+def run_child(
+    job: ChildJob, timeout: float = 60.0, while_alive: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
     """Run ``job`` in a fresh interpreter; its result ``{"read": [digest | None, ...],
     "write": [bool, ...]}``. Raises ``AssertionError`` with the child's output when it
-    fails, and ``subprocess.TimeoutExpired`` past ``timeout`` seconds."""
+    fails, and ``subprocess.TimeoutExpired`` past ``timeout`` seconds.
+
+    ``while_alive(result)``, when given, runs in this process while the child still holds
+    its backend open (after its writes, before its ``close()``): a store whose pages live
+    in the writing process's memory (a Mooncake client with a segment of its own) serves
+    them only while that process lives. An exception from it propagates once the child
+    has ended."""
     with tempfile.TemporaryDirectory(prefix="hicache-conformance-child-") as tmp:
         job_path = os.path.join(tmp, "job.pickle")
         out_path = os.path.join(tmp, "out.json")
@@ -63,23 +74,46 @@ def run_child(job: ChildJob, timeout: float = 60.0) -> dict[str, Any]:
             pickle.dump(job, fh)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        proc = subprocess.run(
-            [sys.executable, "-c", _ENTRY, job_path, out_path],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-        )
+        argv = [sys.executable, "-c", _ENTRY, job_path, out_path] + (["hold"] if while_alive else [])
+        log_path = os.path.join(tmp, "child.log")
+        with (
+            open(log_path, "w+", encoding="utf-8", errors="replace") as log,
+            subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=log, text=True, env=env) as proc,
+        ):
+            assert proc.stdin is not None
+            deadline = time.monotonic() + timeout
+            failure: BaseException | None = None
+            try:
+                if while_alive is not None:
+                    while not os.path.exists(out_path) and proc.poll() is None:
+                        if time.monotonic() > deadline:
+                            raise subprocess.TimeoutExpired(argv, timeout)
+                        time.sleep(0.02)
+                    if os.path.exists(out_path):
+                        with open(out_path, encoding="utf-8") as fh:
+                            early: dict[str, Any] = json.load(fh)
+                        try:
+                            while_alive(early)
+                        except Exception as e:  # raised once the child has ended cleanly
+                            failure = e
+                proc.stdin.close()  # the child closes its backend and exits
+                proc.wait(timeout=max(deadline - time.monotonic(), 1.0))
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            if failure is not None:
+                raise failure
+            log.seek(0)
+            output = log.read()
         if proc.returncode != 0 or not os.path.exists(out_path):
-            raise AssertionError(
-                f"the child process failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
-            )
+            raise AssertionError(f"the child process failed (exit {proc.returncode}):\n{output[-5000:]}")
         with open(out_path, encoding="utf-8") as fh:
             result: dict[str, Any] = json.load(fh)
         return result
 
 
-def _run(job: ChildJob) -> dict[str, Any]:
+def _run(job: ChildJob, publish: Callable[[dict[str, Any]], None]) -> None:
     from . import pools as P
     from .base import resolve_backend_class
 
@@ -113,21 +147,30 @@ def _run(job: ChildJob) -> dict[str, Any]:
             else:
                 values = [kv.get_data_page((base + i) * kv.page_size, flat=True) for i in range(n)]
                 writes = [bool(backend.batch_set(list(job.write), values))] * n
-        return {"read": reads, "write": writes}
+        publish({"read": reads, "write": writes})  # before close(): the backend is still open
     finally:
         getattr(backend, "close", lambda: None)()  # SGLang's base class has no close()
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: main([JOB_PICKLE, OUT_JSON])", file=sys.stderr)
+    """``JOB OUT [hold]``: with ``hold``, the result is written before the backend is
+    closed, and the child waits for its stdin to close first (see :func:`run_child`)."""
+    if len(argv) not in (2, 3) or argv[2:] not in ([], ["hold"]):
+        print("usage: main([JOB_PICKLE, OUT_JSON, ['hold']])", file=sys.stderr)
         return 2
     with open(argv[0], "rb") as fh:
         job = pickle.load(fh)
     if not isinstance(job, ChildJob):
         print(f"not a ChildJob: {type(job).__name__}", file=sys.stderr)
         return 2
-    result = _run(job)
-    with open(argv[1], "w", encoding="utf-8") as fh:
-        json.dump(result, fh)
+
+    def publish(result: dict[str, Any]) -> None:
+        tmp = argv[1] + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(result, fh)
+        os.replace(tmp, argv[1])  # the parent never sees a partial result
+        if len(argv) == 3:
+            sys.stdin.read()  # until the parent is done with this process's pages
+
+    _run(job, publish)
     return 0

@@ -1,10 +1,10 @@
-"""Process-wide sharing of pure Mooncake clients (``global_segment_size`` 0).
+"""Process-wide sharing of Mooncake clients.
 
 Why: ``MooncakeDistributedStore.close()`` (and its destructor) waits for the next tick of
 the client's 1 s background thread, 2 s with a segment, **holding the GIL** the whole
-time, so every Python thread of the process stalls for up to a second per closed client.
-A client that holds no segment carries no state of its own in the cluster, so backends
-of one process with the same cluster settings can use one client:
+time, so every Python thread of the process stalls for up to 1-2 s per closed client.
+Backends of one process with the same settings (segment size included) therefore use one
+client:
 
 * :func:`acquire` hands out the cached client for those settings (creating it with
   ``setup`` on first use) and counts the reference; :func:`release` drops it.
@@ -14,8 +14,9 @@ of one process with the same cluster settings can use one client:
 * Memory registration is counted per address, so two backends registering the same
   buffer do not unregister it under each other.
 
-A client that holds a segment (``global_segment_size`` > 0) is never shared: its memory is
-this backend's contribution to the cluster and goes away with :meth:`close`.
+A client that holds a segment (``global_segment_size`` > 0) is shared the same way, so its
+segment, and the pages the cluster placed in it, stay until the process exits (or the idle
+client is evicted): they outlive a backend object, never the process.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ __all__ = ["ClientKey", "key_of", "acquire", "release", "register", "unregister"
 #: Idle shared clients kept for reuse (each costs a 16 MiB transfer buffer and a heartbeat).
 MAX_IDLE = 2
 
-#: (master, metadata server, protocol, device, local hostname, local buffer bytes, tenant).
-ClientKey = tuple[str, str, str, str, str, int, str]
+#: Every argument of ``setup``: (master, metadata server, protocol, device, local hostname,
+#: local buffer bytes, tenant, segment bytes, SSD offload on, SSD offload path).
+ClientKey = tuple[str, str, str, str, str, int, str, int, bool, str]
 
 
-def key_of(config: Any) -> ClientKey:
-    """The sharing key of a ``MooncakeConfig``: every setting ``setup`` takes but the segment."""
+def key_of(config: Any, segment_bytes: int = 0) -> ClientKey:
+    """The sharing key of a ``MooncakeConfig`` and this rank's segment size."""
     c = config
     return (
         c.master_server_address,
@@ -46,6 +48,9 @@ def key_of(config: Any) -> ClientKey:
         c.local_hostname,
         c.buffer_bytes,
         c.tenant_id,
+        int(segment_bytes),
+        bool(c.enable_ssd_offload),
+        c.ssd_offload_path or "",
     )
 
 

@@ -13,25 +13,33 @@
   after the holder died while every read fails with ``TRANSFER_FAIL``. Keys whose read
   failed that way are reported absent by :meth:`exists` for :data:`SUSPECT_S`, and a
   batch whose every object failed raises ``TransportError`` so the breaker counts it.
-* Construction never blocks long: it probes the master's ``/health`` first (bounded by
-  ``probe_timeout_s``); with the master away, ``setup`` runs on a background thread once
-  ``/health`` answers, and every call until then raises ``TransportError("connection")``.
+* Construction never blocks long: Mooncake's ``setup`` runs on a background thread, and
+  construction waits for it at most ``setup_timeout_s``. ``setup`` holds the GIL while it
+  waits for an absent master (about 90 s), so it is called only once the master answers a
+  probe bounded by ``probe_timeout_s``: its HTTP ``/health`` with ``check_server`` (as
+  SGLang), else a TCP connect to ``master_server_address``. Until setup succeeds (it is
+  retried every 0.5 s) every call raises ``TransportError("connection")`` whose message
+  says why (the failed probe, ``setup``'s return code, or setup still running), and each
+  failed attempt is counted (``master_probe``, ``setup``).
+* :meth:`health` is one ``batch_is_exist`` round trip to the master (Mooncake's own
+  ``health_check()`` kept saying healthy 20 s after the master died).
 * :meth:`close` never tears the store down under a running native call: the last call to
-  finish gives the client up. A pure client (no segment) goes back to the process-wide
-  cache of :mod:`.clients` (Mooncake's own close stalls the GIL about 1 s); a client
-  holding a segment is closed.
+  finish gives the client up, to the process-wide cache of :mod:`.clients` (Mooncake's own
+  close stalls the GIL for 1-2 s).
+* Mooncake's binding reports every failure as a return code, so no exception type of its
+  own means an I/O failure (:attr:`io_errors` is empty).
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
-import re
+import socket
 import threading
 import time
 import urllib.request
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from hicache_sdk import SIZE_UNKNOWN, Capabilities, Segments, Transport, TransportError
 from hicache_sdk.kit.batches import first_occurrences, swap_if_all
@@ -51,6 +59,8 @@ OBJECT_ALREADY_EXISTS = -705
 TRANSFER_FAIL = -800
 RPC_FAIL = -900
 _FATAL = (TRANSFER_FAIL, RPC_FAIL)
+#: The key :meth:`MooncakeTransport.health` asks about (never written).
+_HEALTH_KEY = "hicache-health-probe"
 #: ``batch_is_exist`` code -> ``exists`` answer (1: present, size unknown; anything else absent)
 _PRESENT: dict[int, int | None] = {1: SIZE_UNKNOWN}
 
@@ -65,6 +75,15 @@ def _copy_segments(src: Segments, dst: Segments) -> bool:
         ctypes.memmove(a, data[off : off + n], n)
         off += n
     return True
+
+
+def _regex_literal(text: str) -> str:
+    """``text`` as a literal in the master's regex (ECMAScript syntax): a backslash before
+    each syntax character, nothing else escaped."""
+    return "".join("\\" + ch if ch in _REGEX_SYNTAX else ch for ch in text)
+
+
+_REGEX_SYNTAX = frozenset("\\^$.|?*+()[]{}")
 
 
 def _load_store_class() -> Any:
@@ -91,6 +110,8 @@ class MooncakeTransport(Transport):
         persistent=True, shared_across_processes=True, eviction=True, delete=True, health=True
     )
     max_segments = 1 << 30
+    #: None: the binding returns error codes and raises nothing for an I/O failure.
+    io_errors: ClassVar[tuple[type[BaseException], ...]] = ()
 
     def __init__(self, config: MooncakeConfig, segment_bytes: int, *, remove_broken: bool = False) -> None:
         self._cfg = config
@@ -112,29 +133,48 @@ class MooncakeTransport(Transport):
         self._closed = False
         self._registered: dict[int, int] = {}
         self._suspects: dict[str, float] = {}
-        self._setup_error: str | None = None
-        # A pure client (no segment) is shared within the process (see ``clients``).
-        self._shared = self._segment_bytes == 0
-        self._key = clients.key_of(config)
-        if self._probe(config.probe_timeout_s):
-            self._setup()
-        else:
-            threading.Thread(target=self._setup_when_up, name="mooncake-setup", daemon=True).start()
+        self._setup_error = "setup still running"
+        self._key = clients.key_of(config, self._segment_bytes)
+        self._tried = threading.Event()  # the first setup attempt ended (either way)
+        threading.Thread(target=self._setup_until_up, name="mooncake-setup", daemon=True).start()
+        self._tried.wait(config.setup_timeout_s)
 
     # -- setup -------------------------------------------------------------------------
-    def _probe(self, timeout: float) -> bool:
+    def _probe(self, timeout: float) -> str | None:
+        """``None`` when the master's ``/health`` says it serves, else why not."""
         try:
             with urllib.request.urlopen(self._health_url, timeout=timeout) as r:
-                return r.status == 200 and b'"service_ready":true' in r.read().replace(b" ", b"")
-        except Exception:
-            return False
+                body = r.read()
+                if r.status == 200 and b'"service_ready":true' in body.replace(b" ", b""):
+                    return None
+                return f"{self._health_url} answered HTTP {r.status} without service_ready"
+        except Exception as e:  # any failure to get an answer is the reason
+            return f"{self._health_url} did not answer ({type(e).__name__}: {e})"
+
+    def _connects(self, timeout: float) -> str | None:
+        """``None`` when the master's RPC port accepts a TCP connection, else why not.
+        Mooncake's ``setup`` holds the GIL while it waits for an absent master (about
+        90 s), stalling every thread of the process, so it is only called once the port
+        answers."""
+        host, _, port = self._cfg.master_server_address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return None
+        except OSError as e:
+            return f"{self._cfg.master_server_address} does not accept connections ({type(e).__name__}: {e})"
 
     def _new_store(self) -> Any:
         """A set-up client, or ``None`` (the reason in ``_setup_error``)."""
         c = self._cfg
         store = self._cls()
+        extra: dict[str, Any] = {}
+        if c.enable_ssd_offload:
+            extra["enable_ssd_offload"] = True
+        if c.ssd_offload_path is not None:
+            extra["ssd_offload_path"] = c.ssd_offload_path
         # SGLang passes tenant_id only when it is not the default (older wheels lack it).
-        extra = {"tenant_id": c.tenant_id} if c.tenant_id != "default" else {}
+        if c.tenant_id != "default":
+            extra["tenant_id"] = c.tenant_id
         rc = store.setup(
             c.local_hostname,
             c.metadata_server,
@@ -146,13 +186,13 @@ class MooncakeTransport(Transport):
             **extra,
         )
         if rc != 0:
-            self._setup_error = f"setup returned {rc}"
-            log.warning("mooncake setup against %s failed (rc=%s)", c.master_server_address, rc)
+            self._setup_error = f"setup() against master {c.master_server_address} returned {rc}"
+            log.warning("mooncake %s", self._setup_error)
             return None
         return store
 
     def _setup(self) -> bool:
-        store = clients.acquire(self._key, self._new_store) if self._shared else self._new_store()
+        store = clients.acquire(self._key, self._new_store)
         if store is None:
             return False
         with self._lock:
@@ -161,20 +201,28 @@ class MooncakeTransport(Transport):
                     clients.register(self._key, store, addr, n)
                 self._store = store
                 return True
-        self._drop(store)
+        clients.release(self._key, store)
         return True
 
-    def _drop(self, store: Any) -> None:
-        """Give the client up: back to the shared cache, or closed (own segment)."""
-        if self._shared:
-            clients.release(self._key, store)
-        else:
-            store.close()
-
-    def _setup_when_up(self) -> None:
+    def _setup_until_up(self) -> None:
+        """Set up (after the ``/health`` probe with ``check_server``); retried every 0.5 s
+        until it succeeds or the transport is closed. Each failure is counted."""
         while not self._closed:
-            if self._probe(self._cfg.probe_timeout_s) and self._setup():
+            if self._cfg.check_server:
+                why = self._probe(self._cfg.probe_timeout_s)
+            else:
+                why = self._connects(self._cfg.probe_timeout_s)
+            if why is not None:
+                self._setup_error = f"master probe failed: {why}"
+                self.count_failure("master_probe")
+                self._tried.set()
+                time.sleep(0.5)
+                continue
+            up = self._setup()
+            self._tried.set()
+            if up:
                 return
+            self.count_failure("setup")
             time.sleep(0.5)
 
     @property
@@ -194,7 +242,10 @@ class MooncakeTransport(Transport):
             self._leave()
             if closed:
                 raise TransportError("mooncake transport is closed", reason="closed")
-            raise TransportError("mooncake store not set up (master unreachable)", reason="connection")
+            raise TransportError(
+                f"mooncake store not set up ({self._setup_error}; master {self._cfg.master_server_address})",
+                reason="connection",
+            )
         return store
 
     def _leave(self) -> None:
@@ -210,7 +261,7 @@ class MooncakeTransport(Transport):
         for addr in list(self._registered):
             clients.unregister(self._key, store, addr)
         self._registered.clear()
-        self._drop(store)
+        clients.release(self._key, store)
 
     # -- memory registration -------------------------------------------------------------
     def register_memory(self, address: int, nbytes: int) -> None:
@@ -364,27 +415,36 @@ class MooncakeTransport(Transport):
             pass
 
     def clear(self, prefix: str) -> None:
-        """Forced removal of every object whose key starts with ``prefix``. The prefix must
-        be non-empty and end with a separator (``/`` or ``_``), so a namespace ``model_2``
-        is never inside ``model_``; an empty prefix (SGLang's whole-cluster clear) raises
-        ``ValueError``: this backend never clears a shared cluster."""
-        if not prefix or prefix[-1] not in "/_":
+        """Forced removal of every object whose key starts with ``prefix``
+        (``remove_by_regex``; never ``remove_all``). The key scheme's prefix ends at its
+        delimiter (the default scheme's ``{ns}/{model}/``), so model ``m_x`` is not inside
+        ``m``. A prefix that is empty or does not end with ``/`` raises ``ValueError``: a
+        Mooncake cluster is shared, and such a prefix could reach other owners' objects."""
+        if not prefix or not prefix.endswith("/"):
             raise ValueError(
-                f"clear: refusing prefix {prefix!r}: it must be non-empty and end with '/' or '_' "
-                "(a Mooncake cluster is shared; set extra_backend_tag or a model name under sglang-mooncake)"
+                f"clear: refusing prefix {prefix!r}: it must be non-empty and end with '/' "
+                "(a Mooncake cluster is shared)"
             )
         store = self._enter()
         try:
-            rc = store.remove_by_regex("^" + re.escape(prefix), True)
+            rc = store.remove_by_regex("^" + _regex_literal(prefix), True)
         finally:
             self._leave()
         if rc < 0:
             raise TransportError(f"mooncake remove_by_regex failed (rc={rc})", reason="connection")
 
     def health(self) -> bool:
-        """Set up and the master's ``/health`` answers (``health_check()`` cannot be trusted:
-        it kept saying healthy 20 s after the master died)."""
-        return self._store is not None and not self._closed and self._probe(self._cfg.probe_timeout_s)
+        """Set up, and the master answers one existence query (a real round trip; with the
+        master down or frozen it fails or hangs, and the resilience layer's deadline bounds
+        it). ``health_check()`` is not used: it kept saying healthy 20 s after the master died."""
+        if self._closed or self._store is None:
+            return False
+        store = self._enter()
+        try:
+            codes = store.batch_is_exist([_HEALTH_KEY])
+        finally:
+            self._leave()
+        return len(codes) == 1 and codes[0] >= 0
 
     def close(self) -> None:
         """Idempotent. Waits briefly for running native calls; if one still runs, the last
