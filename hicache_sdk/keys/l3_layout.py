@@ -45,7 +45,9 @@ def _name(value: Any) -> str:
     return str(getattr(value, "value", value))
 
 
-def disabled_layout(reason: str, *, backend: str | None = None, page_size: int | None = None) -> dict[str, Any]:
+def disabled_layout(
+    reason: str, *, backend: str | None = None, page_size: int | None = None
+) -> dict[str, Any]:
     """SGLang's ``disabled_l3_layout``: no pools, and why."""
     return {
         "enabled": False,

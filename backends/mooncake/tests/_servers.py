@@ -68,15 +68,16 @@ class MooncakeCluster:
         return f"127.0.0.1:{self.rpc_port}"
 
     def config(self, **kw: Any) -> dict[str, Any]:
-        """Client settings: tcp, P2PHANDSHAKE, no segment of its own (data lives in the holder)."""
+        """Client settings in SGLang's keys only: tcp, P2PHANDSHAKE, no segment of its own
+        (data lives in the holder). No ``master_metrics_port``: the master's metrics port
+        is a free one, never SGLang's default 9003, and nothing needs it without
+        ``check_server``."""
         base: dict[str, Any] = {
             "master_server_address": self.address,
-            "master_metrics_port": self.metrics_port,
             "metadata_server": "P2PHANDSHAKE",
             "protocol": "tcp",
             "global_segment_size": 0,
             "local_hostname": "127.0.0.1",
-            "local_buffer_size": "16mb",
         }
         base.update(kw)
         return base
