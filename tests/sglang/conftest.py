@@ -43,6 +43,7 @@ collect_ignore = (
         "test_sglang_conformance.py",
         "test_sglang_bridge_layouts.py",
         "test_sglang_mooncake_interop.py",
+        "test_sglang_mooncake_layout.py",
         "test_sglang_backends.py",
         "test_sglang_result_types.py",
         "test_compat_matrix_small.py",

@@ -4,11 +4,15 @@ with ``key_scheme = "sglang-mooncake"`` our Mooncake backend reads the pages SGL
 MooncakeStore wrote and SGLang's reads ours, byte-exact, on SGLang's own host pools (MHA
 page_first; MLA page_first and layer_first, the latter as Mooncake multi-buffer objects),
 for tp rank 0 of 1 and rank 1 of 2 (the rank suffix in the object names), with and
-without a model name. The object names are checked too, out of band, with a raw
-Mooncake client. Collected only in ``tox -e sglang``."""
+without a model name. Both are built from one config in SGLang's keys only (no
+``master_metrics_port``, against a master whose metrics port is not SGLang's default 9003;
+and once with ``check_server`` and the right port). The object names are checked too, out
+of band, with a raw Mooncake client; under another prefix (tag or model) or the ``default``
+key scheme ours finds none of SGLang's pages. Collected only in ``tox -e sglang``."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import sys
@@ -31,13 +35,15 @@ from hicache_backend_mooncake import MooncakeStorage
 from mooncake.store import MooncakeDistributedStore
 
 N = 5
-#: (pool, tp_rank, tp_size, model name). SGLang's MooncakeStore refuses MHA layer_first.
+#: (pool, tp_rank, tp_size, model name, check_server). SGLang's MooncakeStore refuses MHA
+#: layer_first.
 CASES = [
-    ("mha-page_first", 0, 1, "org/interop-model"),
-    ("mha-page_first", 1, 2, "org/interop-model"),
-    ("mha-page_first", 0, 1, ""),
-    ("mla-page_first", 0, 1, "org/interop-model"),
-    ("mla-layer_first", 0, 2, "org/interop-model"),
+    ("mha-page_first", 0, 1, "org/interop-model", False),
+    ("mha-page_first", 1, 2, "org/interop-model", False),
+    ("mha-page_first", 0, 1, "", False),
+    ("mla-page_first", 0, 1, "org/interop-model", False),
+    ("mla-layer_first", 0, 2, "org/interop-model", False),
+    ("mla-page_first", 0, 1, "org/interop-model", True),
 ]
 
 
@@ -79,15 +85,28 @@ def _names(tag: str, model: str, keys: list[str], mla: bool, tp_rank: int) -> li
     return [f"{prefix}_{k}_{tp_rank}_{kv}" for k in keys for kv in "kv"]
 
 
+def _sglang_config(cluster: MooncakeCluster, tag: str, check_server: bool) -> dict[str, Any]:
+    """SGLang's keys only (plus our ``key_scheme``, which SGLang ignores)."""
+    extra = cluster.config(extra_backend_tag=tag, key_scheme="sglang-mooncake")
+    assert "master_metrics_port" not in extra and cluster.metrics_port != 9003
+    if check_server:
+        extra.update(check_server=True, master_metrics_port=cluster.metrics_port)
+    return extra
+
+
 @pytest.fixture(
-    params=CASES, ids=[f"{c[0]}-tp{c[1]}of{c[2]}-{'model' if c[3] else 'nomodel'}" for c in CASES]
+    params=CASES,
+    ids=[
+        f"{c[0]}-tp{c[1]}of{c[2]}-{'model' if c[3] else 'nomodel'}{'-check_server' if c[4] else ''}"
+        for c in CASES
+    ],
 )
 def pair(request: pytest.FixtureRequest, cluster: MooncakeCluster) -> Iterator[Any]:
-    name, tp_rank, tp_size, model = request.param
+    name, tp_rank, tp_size, model, check_server = request.param
     build, mla = POOLS[name]
     pool = build()
     tag = f"interop{uuid.uuid4().hex[:10]}"
-    extra = cluster.config(extra_backend_tag=tag, key_scheme="sglang-mooncake")
+    extra = _sglang_config(cluster, tag, check_server)
     cfg = sgl.HiCacheStorageConfig(
         tp_rank=tp_rank,
         tp_size=tp_size,
@@ -147,3 +166,53 @@ def test_sglang_reads_what_we_wrote(pair: Any, raw: Any) -> None:
     assert [_page(pool, i * PAGE_SIZE) for i in range(N)] == expected
     absent = _keys(f"absent-{tag}")[0]
     assert theirs.batch_exists([*keys[:2], absent]) == 2
+
+
+def _ours(cfg: Any, pool: Any, **extra: Any) -> MooncakeStorage:
+    other = copy.copy(cfg)
+    other.extra_config = {**cfg.extra_config, **extra}
+    st = MooncakeStorage(other, {})
+    st.register_mem_pool_host(pool)
+    return st
+
+
+def test_only_the_same_prefix_and_scheme_read_sglangs_pages(cluster: MooncakeCluster) -> None:
+    """SGLang's pages are found by ours only under ``sglang-mooncake`` with the same
+    ``extra_backend_tag`` and model (the key prefix); another tag, another model or the
+    ``default`` key scheme sees none of them."""
+    build, _ = POOLS["mha-page_first"]
+    pool = build()
+    tag = f"prefix{uuid.uuid4().hex[:10]}"
+    cfg = sgl.HiCacheStorageConfig(
+        tp_rank=0,
+        tp_size=1,
+        pp_rank=0,
+        pp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_mla_model=False,
+        enable_storage_metrics=False,
+        is_page_first_layout=True,
+        model_name="org/prefix-model",
+        extra_config=_sglang_config(cluster, tag, False),
+    )
+    theirs = MooncakeStore(cfg, pool)
+    theirs.register_mem_pool_host(pool)
+    _fill(pool, 3)
+    keys = _keys(f"prefix-{tag}")
+    assert theirs.batch_set_v1(keys, torch.arange(0, N * PAGE_SIZE, dtype=torch.int64)) == [True] * N
+    same = _ours(cfg, pool)
+    other_tag = _ours(cfg, pool, extra_backend_tag=tag + "x")
+    other_model = _ours(cfg, pool, model_name="org/prefix-model-2")
+    default = _ours(cfg, pool, key_scheme="default")
+    try:
+        assert same.batch_exists(keys) == N
+        assert [other_tag.batch_exists(keys), other_model.batch_exists(keys), default.batch_exists(keys)] == [
+            0,
+            0,
+            0,
+        ]
+    finally:
+        for st in (same, other_tag, other_model, default):
+            st.close()
+        theirs.close()
