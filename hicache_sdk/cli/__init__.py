@@ -21,6 +21,7 @@ from . import backends as _backends
 from . import bench as _bench
 from . import check as _check
 from . import demo as _demo
+from . import layout as _layout
 from . import ping as _ping
 from . import sglang_args as _sglang_args
 from . import stats as _stats
@@ -51,6 +52,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("sglang-args", _sglang_args.HELP, _sglang_args.add_arguments, _sglang_args.run),
     Command("bench", _bench.HELP, _bench.add_arguments, _bench.run, passthrough=True),
     Command("stats", _stats.HELP, _stats.add_arguments, _stats.run),
+    Command("layout", _layout.HELP, _layout.add_arguments, _layout.run),
 )
 
 
