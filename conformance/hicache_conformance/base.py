@@ -255,8 +255,10 @@ class SuiteBase:
         missing = missing_capabilities(caps, needed)
         if missing:
             notes = self.capability_notes()
-            why = "".join(f"; {m}: {notes[m]}" for m in missing if m in notes)
-            pytest.skip(f"backend does not declare {', '.join(missing)}{why}")
+            why = "; ".join(notes[m] for m in missing if m in notes)
+            pytest.skip(
+                f"backend does not declare {', '.join(missing)}" + (f" for this config: {why}" if why else "")
+            )
         why = strict_reason(fn)
         request.node.user_properties.append(("hicache_rule", "strict" if why else "contract"))
         if why is not None and self.active_profile() != "strict":
