@@ -111,9 +111,9 @@ class MooncakeConfig(BackendConfig):
     * ``local_hostname``: the address this client's transfer engine advertises (its
       listeners bind all interfaces whatever it says: Mooncake's behaviour).
     * ``master_metrics_port``: the master's HTTP port, used only when ``check_server``.
-    * ``check_server``: probe the master's HTTP ``/health`` before ``setup``, bounded by
-      ``probe_timeout_s`` (SGLang polls ``/get_all_segments`` for up to 10 minutes instead);
-      a failed probe is in the error of every call until setup succeeds, and counted.
+    * ``check_server``: probe the master's HTTP ``/health`` on ``master_metrics_port`` before
+      ``setup`` (SGLang polls ``/get_all_segments`` there for up to 10 minutes instead); a
+      failed probe is in the error of every call until setup succeeds, and counted.
     * ``standalone_storage`` / ``client_server_address``: SGLang's dummy client attached to
       a local ``mooncake_client`` process; not supported here (WARNING, ignored).
     * ``enable_ssd_offload`` / ``ssd_offload_path``: Mooncake's SSD offload, passed to
@@ -122,10 +122,11 @@ class MooncakeConfig(BackendConfig):
     * ``extra_backend_tag``: SGLang's object-key prefix tag (``sglang-mooncake`` scheme).
     * ``enable_group_semantics``: SGLang's replica-group puts; not supported (WARNING, ignored).
     * ``local_buffer_size`` (*ours*): Mooncake's client-side transfer buffer (SGLang: 16 MiB).
-    * ``setup_timeout_s`` (*ours*): how long construction waits for Mooncake's ``setup``
-      (which blocks about 90 s against a missing master); past it the backend starts with
-      its breaker open and finishes setup in the background.
-    * ``probe_timeout_s`` (*ours*): the bound on one ``/health`` probe (``check_server``).
+    * ``setup_timeout_s`` (*ours*): how long construction waits for the first probe of the
+      master and Mooncake's ``setup``; past it the backend starts with its breaker open and
+      finishes setup in the background.
+    * ``probe_timeout_s`` (*ours*): the bound on one probe of the master before ``setup``
+      (its ``/health`` with ``check_server``, else a TCP connect to ``master_server_address``).
     """
 
     env_prefix: ClassVar[str] = "MOONCAKE"
