@@ -330,6 +330,7 @@ def write_run(
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    # not sort_keys: a result's variants keep their order (the first is "ours" in the docs' tables)
+    tmp.write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, p)
     return run
