@@ -8,12 +8,8 @@ Helpers:
 * :func:`total_bytes`, :func:`coalesce` (merge adjacent pieces, drop empty ones);
 * :func:`memoryviews`: writable ``memoryview`` objects over the pieces, for ``recv_into``,
   ``readinto``, ``sendmsg``, ``os.preadv`` / ``os.pwritev``, with no copy;
-* :func:`gather` / :func:`scatter` / :func:`copy_runs`: bulk copies. With the compiled
-  :mod:`hicache_sdk._native` module the whole list is one call that releases the GIL while it
-  copies (adjacent runs merged into one ``memmove``); without it, a ``ctypes.memmove`` loop
-  (``ctypes`` also releases the GIL per call). :data:`NATIVE` says which one is in use.
-  Large native copies are split over threads (:func:`copy_threads`) and written with
-  streaming stores (:func:`copy_stream`).
+* :func:`gather` / :func:`scatter` / :func:`copy_runs`: bulk copies, one ``memmove`` per
+  run (``ctypes`` releases the GIL around each one, so copies of several threads overlap).
 """
 
 from __future__ import annotations
@@ -21,11 +17,9 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
-from .._ext import native as _native
 from ..transport import Segment, Segments
 
 __all__ = [
-    "NATIVE",
     "Segment",
     "Segments",
     "coalesce",
@@ -35,9 +29,6 @@ __all__ = [
     "scatter",
     "total_bytes",
 ]
-
-#: Whether the compiled copy module is in use.
-NATIVE = _native is not None
 
 
 def total_bytes(segments: Segments) -> int:
@@ -68,65 +59,35 @@ def memoryviews(segments: Segments) -> list[memoryview]:
     return out
 
 
-def _py_copy_runs(runs: Sequence[tuple[int, int, int]]) -> int:
+def copy_runs(runs: Sequence[tuple[int, int, int]]) -> int:
+    """Copy every ``(dst, src, nbytes)`` run, in order; returns the bytes copied. Every
+    entry is checked before any byte moves: a negative size, or a null address with a
+    non-zero size, is a ``ValueError`` and nothing is copied."""
     total = 0
+    for dst, src, n in runs:
+        if n < 0 or (n and (not dst or not src)):
+            raise ValueError(f"bad copy run ({dst}, {src}, {n})")
+        total += n
     move = ctypes.memmove
     for dst, src, n in runs:
         if n:
-            if not dst or not src:
-                raise ValueError(f"null address in run ({dst}, {src}, {n})")
             move(dst, src, n)
-        total += n
     return total
-
-
-def copy_runs(runs: Sequence[tuple[int, int, int]]) -> int:
-    """Copy every ``(dst, src, nbytes)`` run; returns the bytes copied. Entries are checked
-    before any byte moves (native) -- a bad one is a ``ValueError``."""
-    if _native is not None:
-        return _native.copy_runs(runs)
-    return _py_copy_runs(runs)
-
-
-def copy_threads(n: int = -1) -> int:
-    """The number of threads a large native copy is split over (at least 4 MiB in total,
-    one thread per 2 MiB, the caller's included); ``0`` is the default (the online CPUs, at
-    most 4), ``1`` never splits. Returns the setting before the call; ``-1`` only reads it.
-    The environment variable ``HICACHE_COPY_THREADS`` sets it at import. Without the native
-    module copies are single-threaded and this returns 1."""
-    if _native is None:
-        return 1
-    return _native.copy_threads(n)
-
-
-def copy_stream(flag: int = -1) -> int:
-    """Whether a native copy of 4 MiB or more writes with non-temporal (streaming) stores,
-    bypassing the cache (x86-64; elsewhere the flag has no effect): ``1`` on (the default),
-    ``0`` off. Returns the setting before the call; ``-1`` only reads it. The environment
-    variable ``HICACHE_COPY_STREAM=0`` turns it off at import. Without the native module
-    this returns 0."""
-    if _native is None:
-        return 0
-    return _native.copy_stream(flag)
 
 
 def gather(segments: Segments, dst: int) -> int:
     """Copy the pieces back to back into contiguous memory at ``dst``; returns the bytes."""
-    if _native is not None:
-        return _native.gather(dst, segments)
     runs, off = [], dst
     for a, n in segments:
         runs.append((off, a, n))
         off += n
-    return _py_copy_runs(runs)
+    return copy_runs(runs)
 
 
 def scatter(src: int, segments: Segments) -> int:
     """Split contiguous memory at ``src`` into the pieces; returns the bytes."""
-    if _native is not None:
-        return _native.scatter(src, segments)
     runs, off = [], src
     for a, n in segments:
         runs.append((a, off, n))
         off += n
-    return _py_copy_runs(runs)
+    return copy_runs(runs)

@@ -13,15 +13,13 @@ import bisect
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
-from .._ext import hotpath as _hotpath
 from ..spec import StorageMetrics
 
 _log = logging.getLogger("hicache_sdk.failures")
 
-__all__ = ["LATENCY_BUCKETS_S", "Metrics", "OpRecorder"]
+__all__ = ["LATENCY_BUCKETS_S", "Metrics"]
 
 #: Upper bounds (seconds) of the latency histogram buckets; the last bucket is +inf.
 LATENCY_BUCKETS_S: tuple[float, ...] = (
@@ -43,20 +41,16 @@ LATENCY_BUCKETS_S: tuple[float, ...] = (
     10.0,
 )
 
-_OpStats = getattr(_hotpath, "OpStats", None)  # one op's totals in C, where it built
-
 _READ_OPS = frozenset({"get", "get_v1", "get_v2"})
 _WRITE_OPS = frozenset({"set", "set_v1", "set_v2"})
 
 
-class _PyOpStats:
-    """One operation's totals (the pure-Python stand-in for ``_hotpath.OpStats``: the
-    same methods, under the owning :class:`Metrics`' lock)."""
+class _OpStats:
+    """One operation's totals (guarded by the owning :class:`Metrics`' lock)."""
 
-    __slots__ = ("_lock", "bytes", "calls", "failures", "hist", "pages", "seconds")
+    __slots__ = ("bytes", "calls", "failures", "hist", "pages", "seconds")
 
-    def __init__(self, lock: threading.Lock) -> None:
-        self._lock = lock
+    def __init__(self) -> None:
         self.calls = 0
         self.failures = 0
         self.pages = 0
@@ -64,22 +58,13 @@ class _PyOpStats:
         self.seconds = 0.0
         self.hist = [0] * (len(LATENCY_BUCKETS_S) + 1)
 
-    def record(self, pages: int, nbytes: int, seconds: float, ok: bool) -> None:
-        with self._lock:
-            self.calls += 1
-            self.failures += 0 if ok else 1
-            self.pages += pages
-            self.bytes += nbytes
-            self.seconds += seconds
-            self.hist[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
-
-    def totals(self) -> tuple[int, int, int, int, float, list[int]]:
-        with self._lock:
-            return self.calls, self.failures, self.pages, self.bytes, self.seconds, list(self.hist)
-
-
-#: ``record(pages, nbytes, seconds, ok)``: one call of one operation (:meth:`Metrics.op`).
-OpRecorder = Callable[[int, int, float, bool], None]
+    def add(self, pages: int, nbytes: int, seconds: float, ok: bool) -> None:
+        self.calls += 1
+        self.failures += 0 if ok else 1
+        self.pages += pages
+        self.bytes += nbytes
+        self.seconds += seconds
+        self.hist[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
 
 
 class Metrics:
@@ -87,7 +72,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ops: dict[str, Any] = {}  # op -> _hotpath.OpStats (or _PyOpStats)
+        self._ops: dict[str, _OpStats] = {}
         self._errors: dict[str, int] = {}
         self._warned: dict[str, float] = {}
         self._counters: dict[str, int] = {}
@@ -101,40 +86,17 @@ class Metrics:
 
         Read ops (``get*``) feed SGLang's ``prefetch_pgs``/``prefetch_bandwidth``; write
         ops (``set*``) feed ``backup_pgs``/``backup_bandwidth``. Bandwidth is in GB/s."""
-        st = self._ops.get(op)
-        if st is None:
-            st = self._stats(op)
-        st.record(pages, nbytes, seconds, ok)
-        if pages and (op in _READ_OPS or op in _WRITE_OPS):
-            bw = (nbytes / seconds / 1e9) if seconds > 0 else 0.0
-            with self._lock:
-                if op in _READ_OPS:
-                    self._pending.prefetch_pgs.append(pages)
-                    self._pending.prefetch_bandwidth.append(bw)
-                else:
-                    self._pending.backup_pgs.append(pages)
-                    self._pending.backup_bandwidth.append(bw)
-
-    def op(self, op: str) -> OpRecorder:
-        """The recorder of ``op``, for a hot path that records it on every call:
-        ``rec(pages, nbytes, seconds, ok)`` is :meth:`record` in one C call (``ok`` and the
-        others positional). Not for read and write ops, whose pages also feed
-        :meth:`drain_storage_metrics` (``ValueError``). An op appears in :meth:`snapshot`
-        once recorded."""
-        if op in _READ_OPS or op in _WRITE_OPS:
-            raise ValueError(f"op {op!r} feeds drain_storage_metrics(); record it with record()")
-        st = self._ops.get(op)
-        rec: OpRecorder = (st if st is not None else self._stats(op)).record
-        return rec
-
-    def _stats(self, op: str) -> Any:
         with self._lock:
             st = self._ops.get(op)
             if st is None:
-                st = self._ops[op] = (
-                    _OpStats(LATENCY_BUCKETS_S) if _OpStats is not None else _PyOpStats(self._lock)
-                )
-            return st
+                st = self._ops[op] = _OpStats()
+            st.add(pages, nbytes, seconds, ok)
+            if pages and op in _READ_OPS:
+                self._pending.prefetch_pgs.append(pages)
+                self._pending.prefetch_bandwidth.append(nbytes / seconds / 1e9 if seconds > 0 else 0.0)
+            elif pages and op in _WRITE_OPS:
+                self._pending.backup_pgs.append(pages)
+                self._pending.backup_bandwidth.append(nbytes / seconds / 1e9 if seconds > 0 else 0.0)
 
     def error(self, reason: str, n: int = 1) -> None:
         """Count ``n`` failures of kind ``reason`` (a short stable token). The first
@@ -177,21 +139,17 @@ class Metrics:
         """Cumulative figures: ``ops`` (calls, failures, pages, bytes, seconds, latency
         histogram), ``errors`` by reason, ``counters`` and ``gauges``."""
         with self._lock:
-            items = list(self._ops.items())
-        totals = [(name, st.totals()) for name, st in items]  # each atomic (C, or its own lock)
-        with self._lock:
             ops = {
                 name: {
-                    "calls": calls,
-                    "failures": failures,
-                    "pages": pages,
-                    "bytes": nbytes,
-                    "seconds": seconds,
+                    "calls": st.calls,
+                    "failures": st.failures,
+                    "pages": st.pages,
+                    "bytes": st.bytes,
+                    "seconds": st.seconds,
                     "latency_buckets_s": [*LATENCY_BUCKETS_S, float("inf")],
-                    "latency_counts": counts,
+                    "latency_counts": list(st.hist),
                 }
-                for name, (calls, failures, pages, nbytes, seconds, counts) in totals
-                if calls  # an op a hot path fetched the recorder of but never recorded
+                for name, st in self._ops.items()
             }
             return {
                 "ops": ops,

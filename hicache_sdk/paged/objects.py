@@ -87,23 +87,6 @@ def _plain_records(objects: Sequence[ObjectIO], scratch: np.ndarray) -> list[boo
     return same
 
 
-def column_sizes(col_sizes: Sequence[int], n_pages: int) -> list[int]:
-    """Each object's expected stored size, column-major (``col_sizes[c]`` for the
-    ``n_pages`` objects of column ``c``)."""
-    return [size for size in col_sizes for _ in range(n_pages)]
-
-
-def pages_present(ok: Sequence[bool], n_pages: int) -> list[bool]:
-    """Per page: every one of its objects present, ``ok`` column-major (object ``c`` of
-    page ``i`` at ``c * n_pages + i``); one C-speed pass over the columns."""
-    k = len(ok) // n_pages if n_pages else 0
-    if k == 1:
-        return list(ok)
-    if k == 0:
-        return [True] * n_pages
-    return list(map(all, zip(*(ok[c * n_pages : (c + 1) * n_pages] for c in range(k)))))
-
-
 class ObjectEngine:
     """Batched object I/O with headers and integrity checks over one transport."""
 
@@ -147,22 +130,6 @@ class ObjectEngine:
         if found is None:
             return [False] * len(names)
         return self._present(names, sizes, unique, found)
-
-    def exists_pages(self, names: list[str], n_pages: int, col_sizes: Sequence[int]) -> int:
-        """How many pages, from the first, have every object present with its stored size:
-        ``names`` column-major (object ``c`` of page ``i`` at ``c * n_pages + i``), column
-        ``c``'s objects of stored size ``col_sizes[c]``. One transport call with the names
-        as given (a repeated name is simply asked again: the transport answers it alike);
-        wrong-sized objects are missing and deleted, as in :meth:`exists_named`."""
-        if not names:
-            return n_pages
-        found = self._ask_exists(names)
-        if found is None:
-            return 0
-        if found.count(SIZE_UNKNOWN) == len(found):  # all present, no sizes (Mooncake): one C scan
-            return n_pages
-        present = pages_present(self._present(names, column_sizes(col_sizes, n_pages), names, found), n_pages)
-        return present.index(False) if False in present else n_pages
 
     def _ask_exists(self, names: Sequence[str]) -> list[int | None] | None:
         """The transport's answers for ``names``; ``None`` (counted) when it failed."""

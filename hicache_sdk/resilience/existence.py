@@ -125,9 +125,9 @@ def run_exists(rt: ResilientTransport, keys: Sequence[str]) -> list[int | None]:
             if not brk.quiet:  # a failure was counted meanwhile: this success resets it
                 brk.record_success()
             answers: list[int | None] = got  # type: ignore[assignment]
-            rt._rec_t_exists(n - count_is(answers, None), 0, time.perf_counter() - t0, True)
+            rt._record("t_exists", t0, n - count_is(answers, None), 0, True)
             return answers
-        rt._rec_t_exists(0, 0, time.perf_counter() - t0, False)
+        rt._record("t_exists", t0, 0, 0, False)
         return [None] * n
     if n == 0:
         return []

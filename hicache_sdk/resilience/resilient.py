@@ -100,7 +100,6 @@ class ResilientTransport(Transport):
         self._regions: dict[tuple[int, int], None] = {}
         self._regions_lock = threading.Lock()
         self._metrics = metrics
-        self._rec_t_exists = metrics.op("t_exists")  # the quiet exists path's recorder
         self._injector = injector
         self._exists_s = float(config.exists_timeout_s)
         self._transfer_s = float(config.transfer_timeout_s)

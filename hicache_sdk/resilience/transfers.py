@@ -11,7 +11,7 @@ One of four, per call (see the module docs of :mod:`.resilient` for the rules):
   once ``cancel()`` returns, the abandoned call can no longer touch the caller's memory;
 * **staged**: through SDK-owned staging memory, in chunks of at most ``chunk_bytes``, all
   under one deadline read from the injected clock (a chunk never starts after it). Copies
-  between staging and the caller's segments are one native call per chunk
+  between staging and the caller's segments are one copy_runs call per chunk
   (:func:`hicache_sdk.kit.segments.copy_runs`, GIL released).
 
 The rules in full (``caller_owns_memory`` is a ``ResilientTransport`` argument):
