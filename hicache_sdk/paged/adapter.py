@@ -39,13 +39,14 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, List, Optional
+from urllib.parse import unquote, urlsplit
 
 from ..capabilities import ADAPTER, Capabilities
 from ..config import BackendConfig
 from ..errors import ConfigError
 from ..keys.scheme_base import KeyScheme
 from ..metrics.backend import Metrics
-from ..resilience import wrap_transport
+from ..resilience import Resilience, wrap_transport
 from ..spec import (
     HiCacheStorage,
     HiCacheStorageConfig,
@@ -71,6 +72,27 @@ __all__ = ["PagedStorage"]
 log = logging.getLogger(__name__)
 
 _KV = PoolName.KV.value
+
+
+def _secrets_of(config: Any) -> list[str]:
+    """The values :func:`~hicache_sdk.metrics.backend.redact` must hide for ``config``: its
+    secret settings, and the password of any URL among its settings."""
+    out: list[str] = []
+    shown = config.redacted() if callable(getattr(config, "redacted", None)) else {}
+    for name, text in shown.items():
+        value = getattr(config, name, None)
+        if not isinstance(value, str) or not value:
+            continue
+        if text == "***":
+            out.append(value)
+        elif "://" in value:
+            try:
+                password = urlsplit(value).password
+            except ValueError:
+                continue
+            if password:
+                out += [password, unquote(password)]
+    return out
 
 
 def _derive_capabilities(cls: type[PagedStorage]) -> Capabilities:
@@ -130,7 +152,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise ConfigError(f"kwargs must be a mapping, got {type(kwargs).__name__}")
         self.config: Any = self.config_cls.from_mapping({**extra, **(kwargs or {})})
-        self.metrics = Metrics()
+        self.metrics = Metrics(secrets=_secrets_of(self.config))
         self.scheme: KeyScheme = self.create_key_scheme()
         self.raw_transport: Transport = self.create_transport(self.config)
         if not isinstance(self.raw_transport, Transport):
@@ -140,13 +162,15 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             )
         self.raw_transport.failures.bind(self.metrics.error)
         self.scheme.bind_transport(self.raw_transport)  # its name rule (KeyScheme.check_storable)
+        # The layers around the transport, innermost first: the existence cache, the
+        # resilience policies (deadline, breaker, staging, retry), the negative cache.
         inner: Transport = self.raw_transport
         ttl = float(self.config.exists_cache_ttl())
         if ttl:
             from ..kit.existence import CachedExistence
 
             inner = CachedExistence(inner, ttl)
-        self.transport: Transport = wrap_transport(inner, self.config, self.metrics)
+        self.transport: Transport = wrap_transport(inner, self.create_resilience(), self.metrics)
         if getattr(self.config, "negative_cache_ttl_s", 0):  # outermost: an abandoned read counts at once
             from ..kit.negative import NegativeCache
 
@@ -169,6 +193,13 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         if tcls is None:
             raise TypeError(f"{type(self).__name__}: set transport_cls or override create_transport()")
         return tcls(config)  # type: ignore[call-arg]
+
+    def create_resilience(self) -> Resilience:
+        """The resilience policies around the transport (deadline, breaker, staging,
+        retry): by default the shared config keys' (:meth:`Resilience.from_config`), with no
+        retry. Override to inject others, e.g. ``dataclasses.replace(super().create_resilience(),
+        retry=Retry(2, ExponentialBackoff()))``."""
+        return Resilience.from_config(self.config)
 
     @classmethod
     def check_environment(cls) -> str | None:
@@ -382,7 +413,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         try:
             self.transport.delete(list(dict.fromkeys(o.name for o in objs)))
         except Exception as e:
-            self.metrics.error(getattr(e, "reason", type(e).__name__))
+            self.metrics.failure("delete", e, self.raw_transport.io_errors)
 
     def clear(self) -> None:
         """Remove this backend's objects: exactly those under the key scheme's

@@ -207,6 +207,12 @@ def read_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     n_obj = len(cols.names)
     if n_obj == 0:
         return [True] * cols.n_pages
+    with engine.deadline("read"):
+        return _read_columns(engine, cols)
+
+
+def _read_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
+    n_obj = len(cols.names)
     ok = _call(engine, "read", cols)
     if ok is None:
         return [False] * cols.n_pages
@@ -256,6 +262,11 @@ def write_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     occurrence, and every occurrence gets that result: the first write wins."""
     if not cols.names:
         return [True] * cols.n_pages
+    with engine.deadline("write"):
+        return _write_columns(engine, cols)
+
+
+def _write_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     dup = first_occurrences(cols.names)
     if dup is not None:
         keep, owner = dup
@@ -284,4 +295,5 @@ def exists_columns(engine: ObjectEngine, cols: Columns, closed: bool = False) ->
         return [False] * cols.n_pages
     if not cols.names:
         return [True] * cols.n_pages
-    return cols.fold(engine.exists_named(cols.names, cols.sizes, distinct=True))
+    with engine.deadline("exists"):
+        return cols.fold(engine.exists_named(cols.names, cols.sizes, distinct=True))

@@ -19,8 +19,8 @@ from hicache_sdk.resilience import FailureInjector, Metrics, set_inside_sglang, 
 from hicache_sdk.resilience.breaker import CircuitBreaker
 from hicache_sdk.resilience.deadline import DeadlineRunner, can_follow_cpu
 from hicache_sdk.resilience.inject import is_inside_sglang
+from hicache_sdk.resilience.policies import Staging
 from hicache_sdk.resilience.staging import MIN_BUFFER, StagingPool
-from hicache_sdk.resilience.transfers import _slots, chunk_bounds
 from hicache_sdk.transport import TransportError
 
 # -- breaker ----------------------------------------------------------------------------
@@ -327,7 +327,7 @@ def test_staging_never_exceeds_capacity(ops: list[tuple[bool, int]]) -> None:
 
 @given(st.lists(st.integers(0, 5000), min_size=1, max_size=40), st.integers(1, 8000))
 def test_chunks_partition_and_respect_limit(sizes: list[int], limit: int) -> None:
-    chunks = chunk_bounds(sizes, limit)
+    chunks = Staging(capacity=limit, callers=1).chunks(sizes)
     assert chunks[0][0] == 0 and chunks[-1][1] == len(sizes)
     assert all(a < b for a, b in chunks)
     assert all(x[1] == y[0] for x, y in itertools.pairwise(chunks))
@@ -345,7 +345,7 @@ def test_staging_slots_are_aligned_disjoint_and_packed(sizes: list[int]) -> None
     """Each object's staging slot starts 4 KiB-aligned (64 B below 4 KiB), slots follow one
     another without overlap or gap beyond that alignment, also on the one-size fast path
     and for empty objects."""
-    offs, need = _slots(sizes)
+    offs, need = Staging.slots(sizes)
     assert len(offs) == len(sizes) and offs[0] == 0
     pos = 0
     for off, n in zip(offs, sizes):
