@@ -51,6 +51,14 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return _SECRET_PARAM.sub(lambda m: f"{m['key']}***", text)
 
 
+#: The longest message kept (a client library may put a whole reply in one).
+MAX_MESSAGE = 1000
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
 @dataclass(frozen=True)
 class BugRecord:
     """The first exception of one type that a transport raised at one call site and that is
@@ -161,7 +169,7 @@ class Metrics:
         (redacted here) becomes the reason's last error (:meth:`last_errors`). The first
         failure of each reason is logged at WARNING with its message, then one line per
         60 s at most."""
-        text = None if message is None else self.redact(message)
+        text = None if message is None else _clip(self.redact(message))
         now = time.monotonic()
         with self._lock:
             self._errors[reason] = self._errors.get(reason, 0) + n
@@ -200,7 +208,7 @@ class Metrics:
             first = key not in self._bugs
         if not first:
             return reason
-        message = self.redact(str(exc))
+        message = _clip(self.redact(str(exc)))
         tb = self.redact("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         with self._lock:
             if key in self._bugs:  # another thread recorded it meanwhile

@@ -141,7 +141,8 @@ class ResilientTransport(Transport):
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.max_segments = inner.max_segments  # type: ignore[misc]
         self.failures = inner.failures
-        self._io_errors = tuple(inner.io_errors)
+        self._io_errors = _io_errors_of(inner)
+        self.io_errors = self._io_errors  # type: ignore[misc]
         self._metrics = metrics
         self._injector = injector
         self._clock = clock
@@ -214,6 +215,12 @@ class ResilientTransport(Transport):
         wrapper inside the block ends by the end of one ``op`` started now (or earlier, when
         its own deadline or an enclosing scope's ends first): the deadline of a whole batch."""
         return _Scope(self._local, self._end(op))
+
+    def deadline_passed(self) -> bool:
+        """Whether this thread's :meth:`deadline_scope` has ended: a call made now would not
+        start (a wrapper that wants to ask the store after a failure can defer the question)."""
+        end = getattr(self._local, "end", None)
+        return end is not None and self._clock() >= end
 
     # -- step 1: deadlines ---------------------------------------------------------------
 
@@ -659,6 +666,19 @@ class ResilientTransport(Transport):
         except RuntimeError:
             pass
         self._runner.shutdown()
+
+
+def _io_errors_of(transport: Transport) -> tuple[type[BaseException], ...]:
+    """The ``io_errors`` of ``transport`` and of every transport it wraps (``inner``): a
+    wrapper that does not restate its inner transport's must not turn them into bugs."""
+    out: list[type[BaseException]] = []
+    seen: set[int] = set()
+    t: object = transport
+    while t is not None and id(t) not in seen:
+        seen.add(id(t))
+        out += getattr(t, "io_errors", ())
+        t = getattr(t, "inner", None)
+    return tuple(dict.fromkeys(out))
 
 
 def _answers(fn: Callable[..., list[Any]], keys: Sequence[str], *args: Any, **kw: Any) -> list[Any]:

@@ -71,15 +71,22 @@ class FrozenStorage(MemoryStorage):
 
 @pytest.fixture(
     params=[
-        ("default", True),
-        ("sglang-mooncake", True),
-        ("default", False),
-        ("sglang-mooncake", False),
+        ("default", True, 0),
+        ("sglang-mooncake", True, 0),
+        ("default", False, 0),
+        ("sglang-mooncake", False, 0),
+        ("default", False, 5),
     ],
-    ids=["default-probing", "sglang-mooncake-probing", "default-closed", "sglang-mooncake-closed"],
+    ids=[
+        "default-probing",
+        "sglang-mooncake-probing",
+        "default-closed",
+        "sglang-mooncake-closed",
+        "default-closed-negative-cache",
+    ],
 )
 def frozen(request: pytest.FixtureRequest) -> Iterator[FrozenStorage]:
-    scheme, probing = request.param
+    scheme, probing, negative_ttl = request.param
     store = f"frozen-{uuid.uuid4().hex}"
     extra = {
         "store": store,
@@ -91,6 +98,8 @@ def frozen(request: pytest.FixtureRequest) -> Iterator[FrozenStorage]:
         "breaker_failures": 1 if probing else 1_000_000,
         "breaker_reset_s": 0,
         "max_abandoned": 500,
+        # the negative cache (outermost) asks existence after a failed read: within the deadline too
+        "negative_cache_ttl_s": negative_ttl,
     }
     s = FrozenStorage(HiCacheStorageConfig(model_name="m", extra_config=extra), {})
     pool = MHAHostPool(64, 4, 2, 2, 8, dtype=torch.bfloat16, pin_memory=False)

@@ -17,6 +17,7 @@ from resilience_fakes import Buf, Cfg, MisbehavingTransport
 
 from hicache_sdk.config import secret_field
 from hicache_sdk.hostpool import MHAHostPool
+from hicache_sdk.kit.existence import CachedExistence
 from hicache_sdk.memory import MemoryConfig, MemoryStorage, MemoryTransport, drop_store
 from hicache_sdk.metrics.backend import BugRecord, Metrics, redact
 from hicache_sdk.resilience import FailureInjector, wrap_transport
@@ -111,6 +112,17 @@ def test_io_failures_keep_their_reason_and_last_message(caplog: pytest.LogCaptur
 def test_io_errors_belong_to_the_transport_that_declares_them() -> None:
     assert is_io_error(ClientLibraryError(), Flaky.io_errors)
     assert not is_io_error(ClientLibraryError())
+
+    class Forgetful(CachedExistence):  # a wrapper that does not restate its inner's io_errors
+        io_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+
+    for wrapped in (CachedExistence(Flaky(), 5.0), Forgetful(Flaky(), 5.0)):
+        wrapped.io_errors = ()  # type: ignore[misc]
+        w, m = _wrap(wrapped)
+        wrapped.inner.raise_["read"] = ClientLibraryError("down")  # type: ignore[attr-defined]
+        assert w.read(["a"], [Buf(8).segs()]) == [False]
+        assert m.errors() == {"ClientLibraryError": 1}  # the inner transport's declaration holds
+        w.close()
     t = MisbehavingTransport()  # declares nothing: the same exception is a bug there
     w, m = _wrap(t)
     t.raise_["read"] = ClientLibraryError("boom")
