@@ -195,9 +195,9 @@ class NegativeCache(Transport):
         answers = self._inner.exists(ask) if ask else []
         if self._suspects:
             answers = self._confirm(ask, answers)
-        found = iter(answers)
+        rest = iter(answers)
         self._count("negative_cache_suppressed", sum(known))
-        return [None if bad else next(found) for bad in known]
+        return [None if bad else next(rest) for bad in known]
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments], cancel: Any = None) -> list[bool]:
         res = (

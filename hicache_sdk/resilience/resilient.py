@@ -136,6 +136,9 @@ class ResilientTransport(Transport):
         if not caller_owns_memory and quarantine is None:
             raise ValueError("quarantine: required when caller_owns_memory is False")
         p = policies if isinstance(policies, Resilience) else Resilience.from_config(policies)
+        #: The policies. Replacing it (``dataclasses.replace``) changes the deadline and the
+        #: retry policy of the calls that start afterwards; the breakers, the worker pool and
+        #: the staging memory are built once, here.
         self.policies = p
         self._inner = inner
         self.capabilities = inner.capabilities  # type: ignore[misc]
@@ -146,7 +149,6 @@ class ResilientTransport(Transport):
         self._metrics = metrics
         self._injector = injector
         self._clock = clock
-        self._deadline = p.deadline
         self._owns = caller_owns_memory
         self._quarantine = quarantine
         self._local = threading.local()  # the end of this thread's deadline_scope
@@ -227,7 +229,7 @@ class ResilientTransport(Transport):
     def _end(self, op: str, within: float | None = None) -> float | None:
         """The end (on the clock) of an ``op`` starting now: its own deadline, cut by
         ``within`` and by this thread's scope; ``None`` when nothing bounds it."""
-        s = self._deadline.seconds(op)
+        s = self.policies.deadline.seconds(op)
         end = None if s <= 0 else self._clock() + s
         for bound in (within, getattr(self._local, "end", None)):
             if bound is not None:
@@ -288,7 +290,7 @@ class ResilientTransport(Transport):
         if self._expired(op, end):
             return _REFUSED, None
         job = self._attempts(op, fn, end)
-        if self._deadline.seconds(op) <= 0:  # inline
+        if self.policies.deadline.seconds(op) <= 0:  # inline
             try:
                 result = job()
             except ValueError:
@@ -368,7 +370,7 @@ class ResilientTransport(Transport):
 
     def _on_abandon_change(self, n: int) -> None:
         self._metrics.gauge("abandoned_calls", n)
-        held = n > 0 and n >= self._deadline.max_abandoned
+        held = n > 0 and n >= self.policies.deadline.max_abandoned
         if held != self._breaker.held:
             if held:
                 self._metrics.count("abandoned_budget_exhausted")
@@ -480,7 +482,7 @@ class ResilientTransport(Transport):
         if not self._admit(end):
             self._record(f"t_{op}", t0, 0, 0, False)
             return out
-        if self._deadline.seconds(op) <= 0 or not self._owns:
+        if self.policies.deadline.seconds(op) <= 0 or not self._owns:
             ok = self._direct(op, keys, buffers, out, end)
         elif self._inner.cancellable:
             ok = self._cancellable(op, keys, buffers, out, end)
@@ -503,7 +505,7 @@ class ResilientTransport(Transport):
     ) -> bool:
         """The caller's memory to the transport: inline, or (the SDK owns the memory) on a
         worker with the slots quarantined until the I/O ends."""
-        q = self._quarantine if self._deadline.seconds(op) > 0 and not self._owns else None
+        q = self._quarantine if self.policies.deadline.seconds(op) > 0 and not self._owns else None
         if q is None:
             status, got = self._call(op, self._move(op, keys, buffers), end)
         else:

@@ -190,3 +190,14 @@ def test_public_names_keep_working() -> None:
     from hicache_sdk.resilience.resilient import Quarantine, ResilienceConfig  # noqa: F401
 
     assert PyDeadlineRunner is DeadlineRunner
+
+
+def test_replacing_the_policies_changes_the_deadline_of_later_calls() -> None:
+    t = MisbehavingTransport()
+    t.store["a"] = b"x" * 8
+    w = wrap_transport(t, Cfg(transfer_timeout_s=5.0), Metrics(), injector=FailureInjector())
+    assert isinstance(w, ResilientTransport)
+    assert w.read(["a"], [Buf(8).segs()]) == [True] and t.threads[-1].startswith("hicache-io")
+    w.policies = dataclasses.replace(w.policies, deadline=Deadline(0.2, 0.0, 8))  # inline from now on
+    assert w.read(["a"], [Buf(8).segs()]) == [True] and t.threads[-1] == "MainThread"
+    w.close()
