@@ -8,8 +8,12 @@ Helpers:
 * :func:`total_bytes`, :func:`coalesce` (merge adjacent pieces, drop empty ones);
 * :func:`memoryviews`: writable ``memoryview`` objects over the pieces, for ``recv_into``,
   ``readinto``, ``sendmsg``, ``os.preadv`` / ``os.pwritev``, with no copy;
-* :func:`gather` / :func:`scatter` / :func:`copy_runs`: bulk copies, one ``memmove`` per
-  run (``ctypes`` releases the GIL around each one, so copies of several threads overlap).
+* :func:`gather` / :func:`scatter` / :func:`copy_runs`: bulk copies with the GIL released.
+  With the optional C extension (:data:`NATIVE`) a call is one C call, and a call of 4 MiB or
+  more writes its runs of 64 KiB or more with streaming stores (x86-64): a staged batch's
+  copy then leaves the caches to the code that runs next, which is what keeps staging within
+  one memcpy of the page (``docs/resilience.md``, Performance). Without it, one
+  ``ctypes.memmove`` per run (the same bytes).
 """
 
 from __future__ import annotations
@@ -19,7 +23,13 @@ from collections.abc import Sequence
 
 from ..transport import Segment, Segments
 
+try:
+    from .. import _copy as _native
+except ImportError:  # pragma: no cover - built without a compiler
+    _native = None  # type: ignore[assignment]
+
 __all__ = [
+    "NATIVE",
     "Segment",
     "Segments",
     "coalesce",
@@ -29,6 +39,10 @@ __all__ = [
     "scatter",
     "total_bytes",
 ]
+
+
+#: Whether the optional C extension (``hicache_sdk._copy``) was built.
+NATIVE = _native is not None
 
 
 def total_bytes(segments: Segments) -> int:
@@ -62,7 +76,14 @@ def memoryviews(segments: Segments) -> list[memoryview]:
 def copy_runs(runs: Sequence[tuple[int, int, int]]) -> int:
     """Copy every ``(dst, src, nbytes)`` run, in order; returns the bytes copied. Every
     entry is checked before any byte moves: a negative size, or a null address with a
-    non-zero size, is a ``ValueError`` and nothing is copied."""
+    non-zero size, is a ``ValueError`` and nothing is copied. Runs must not overlap one
+    another (a run may overlap itself: memmove semantics)."""
+    if _native is not None:
+        return _native.copy_runs(runs)
+    return _py_copy_runs(runs)
+
+
+def _py_copy_runs(runs: Sequence[tuple[int, int, int]]) -> int:
     total = 0
     for dst, src, n in runs:
         if n < 0 or (n and (not dst or not src)):

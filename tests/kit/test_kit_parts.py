@@ -59,7 +59,17 @@ def test_transport_failures_reach_adapter_metrics_and_stats() -> None:
 # -- segments --------------------------------------------------------------------------------
 
 
-def test_gather_scatter_copy_runs() -> None:
+@pytest.fixture(params=["native", "python"])
+def copies(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each copy implementation: the C extension (where it built) and the ctypes fallback."""
+    if request.param == "native" and not seg.NATIVE:
+        pytest.skip("hicache_sdk._copy was not built")
+    if request.param == "python":
+        monkeypatch.setattr(seg, "_native", None)
+    return str(request.param)
+
+
+def test_gather_scatter_copy_runs(copies: str) -> None:
     a, b = buf(b"hello "), buf(b"world")
     pieces = [(ctypes.addressof(a), 6), (ctypes.addressof(b), 5)]
     dst = buf(b"\0" * 11)
@@ -77,7 +87,7 @@ def test_gather_scatter_copy_runs() -> None:
         seg.copy_runs([(0, xa, 4)])
 
 
-def test_copy_checks_every_entry_before_copying() -> None:
+def test_copy_checks_every_entry_before_copying(copies: str) -> None:
     x, y = buf(b"abcd"), buf(b"\0\0\0\0")
     xa, ya = ctypes.addressof(x), ctypes.addressof(y)
     for bad in [(ya, 0, 4), (ya, xa, -1)]:
@@ -86,7 +96,7 @@ def test_copy_checks_every_entry_before_copying() -> None:
         assert y.raw == b"\0\0\0\0"  # nothing moved
 
 
-def test_copy_releases_the_gil() -> None:
+def test_copy_releases_the_gil(copies: str) -> None:
     """Another thread keeps running while one large copy is in progress."""
     n = 256 << 20
     src, dst = ctypes.create_string_buffer(n), ctypes.create_string_buffer(n)
@@ -108,10 +118,11 @@ def test_copy_releases_the_gil() -> None:
     assert during > 1000  # with the GIL held for the copies the spinner would stall
 
 
-def test_copies_of_odd_runs_land_exactly() -> None:
+def test_copies_of_odd_runs_land_exactly(copies: str) -> None:
     """Runs of odd sizes (empty, 1 byte, around the 16 B / 64 B / 4 KiB steps, MiBs) at
     every misalignment of source and destination land exactly; nothing around them is
-    written; a run that overlaps itself has memmove semantics."""
+    written; a run that overlaps itself has memmove semantics. (12 MiB in all: the C
+    extension streams the runs of 64 KiB or more.)"""
     import random
 
     rng = random.Random(7)
