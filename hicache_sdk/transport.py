@@ -42,6 +42,7 @@ __all__ = [
     "Transport",
     "TransportError",
     "check_reason",
+    "is_io_error",
 ]
 
 #: ``(address, nbytes)`` of one contiguous piece of memory.
@@ -73,6 +74,15 @@ def check_reason(reason: object) -> str:
             f"'bug:<ExceptionType>', got {reason!r:.80}"
         )
     return reason
+
+
+def is_io_error(exc: BaseException, io_errors: tuple[type[BaseException], ...] = ()) -> bool:
+    """Whether ``exc`` is an I/O failure: a :class:`TransportError`, an ``OSError`` (which
+    ``TimeoutError`` and ``ConnectionError`` are), or one of ``io_errors`` (a transport's
+    :attr:`Transport.io_errors`). Anything else a transport raises is a bug in it."""
+    return isinstance(exc, (TransportError, OSError, TimeoutError)) or (
+        bool(io_errors) and isinstance(exc, io_errors)
+    )
 
 
 class FailureReasons:

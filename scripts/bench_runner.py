@@ -1,4 +1,5 @@
-"""Benchmark: the deadline runner's hop, native core against the Python runner, in one run.
+"""Benchmark: the deadline runner's hop (a call handed to a worker and waited for), with and
+without placing the worker on the caller's CPU, in one run.
 
     .venv/bin/python scripts/bench_runner.py [--gap-us 300] [--rounds 2000]
     .venv/bin/python scripts/bench_runner.py --mooncake [--rounds 600] [--fill N]
@@ -9,8 +10,8 @@ Without ``--mooncake``: a no-op call through each runner, back to back and with 
 helpers), and a 256-key ``batch_is_exist`` called inline (``raw``) and through each runner,
 interleaved by the shared harness; ratio = raw time / variant time. ``--fill N`` makes N more
 inline calls, untimed, before each timed one (the worker sleeps longer between hops: its
-hand-off costs more the longer it slept). Both runners follow the caller's CPU (the default);
-``--no-follow`` turns that off for both.
+hand-off costs more the longer it slept). Runners: ``follow`` (the worker placed on the
+caller's CPU, the default where possible) and ``no-follow``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from hicache_sdk.bench import Harness
-from hicache_sdk.resilience.deadline import DeadlineRunner, PyDeadlineRunner, native_runner
+from hicache_sdk.resilience.deadline import DeadlineRunner, can_follow_cpu
 
 
 def _median_us(fn: Callable[[], object], rounds: int, gap_s: float) -> float:
@@ -90,15 +91,11 @@ def main() -> None:
     ap.add_argument(
         "--fill", type=int, default=0, help="--mooncake: untimed inline calls before each timed one"
     )
-    ap.add_argument("--no-follow", action="store_true", help="do not place workers on the caller's CPU")
     args = ap.parse_args()
     args.rounds = args.rounds or (600 if args.mooncake else 2000)
-    follow = None if not args.no_follow else False
-    runners: dict[str, object] = {"python": PyDeadlineRunner(2, follow_caller_cpu=follow)}
-    if native_runner():
-        runners = {"native": DeadlineRunner(2, follow_caller_cpu=follow), **runners}
-    else:
-        print("(the native core did not build here: the Python runner only)")
+    runners: dict[str, object] = {"no-follow": DeadlineRunner(2, follow_caller_cpu=False)}
+    if can_follow_cpu():
+        runners = {"follow": DeadlineRunner(2, follow_caller_cpu=True), **runners}
     (mooncake if args.mooncake else noop)(args, runners)
     for r in runners.values():
         r.shutdown()  # type: ignore[attr-defined]

@@ -31,9 +31,6 @@ from hicache_sdk.hostpool.page_memory import (
 )
 from hicache_sdk.spec import pool_name_str
 
-# the whole check in one C pass (optional extension; numpy names what is wrong)
-from .._ext import hotpath as _hotpath
-
 __all__ = [
     "describe_pool",
     "flat_page_view",
@@ -95,16 +92,6 @@ def page_starts(
         raise ValueError(f"{arg} has length {n}, not a multiple of page_size={page_size}")
     if n == 0:
         return []
-    if _hotpath is not None and host_indices.is_contiguous():
-        fast = _hotpath.page_starts(
-            host_indices.data_ptr(),
-            n,
-            host_indices.element_size(),
-            page_size,
-            -1 if pool_size is None else pool_size,
-        )
-        if fast is not None:
-            return fast
     # numpy on the tensor's own memory (no copy): a handful of vector ops, ~1 us overhead each
     pages = host_indices.numpy().reshape(-1, page_size)
     starts = pages[:, 0]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from .names import all_hex64, batch_names, check_hex_page_hash, exact_component, sanitize_component
-from .scheme_base import KeyScheme, NamePlan, ObjectSpec
+from .scheme_base import KeyScheme, ObjectSpec
 from .topology import Topology, _model_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -107,11 +107,6 @@ class DefaultKeyScheme(KeyScheme):
         name = f"{prefix}{page_hash[:2]}/{page_hash}"
         self.check_storable([page_hash], [name])
         return [ObjectSpec(name, tuple(pool.flat_order))]
-
-    def name_plan(self, pool: PoolLayout) -> NamePlan | None:
-        if not pool.has_buffer or self._storable is not None:
-            return None
-        return NamePlan(self._ident(pool)[1], ("",), 2, True)
 
     def page_names(self, page_hashes: Sequence[str], pool: PoolLayout) -> list[str]:
         """Fast path of :meth:`page_objects` for a batch: the single object name of each

@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from typing import Optional
 from urllib.parse import quote
 
-from .._ext import hotpath as _hotpath  # the batch check in one C call (optional)
-
 __all__ = [
     "all_hex64",
     "batch_names",
@@ -43,14 +41,11 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def all_hex64(hashes: Sequence[str]) -> bool:
-    """Whether every entry is a ``str`` of exactly 64 lowercase hex chars: one C call per
-    batch where :mod:`hicache_sdk._hotpath` is built, else a few C-level passes over the
-    batch (no per-hash Python call). ``False`` means "check them one by one" (the slow path
-    names the bad one); an empty batch is ``False``."""
+    """Whether every entry is a ``str`` of exactly 64 lowercase hex chars, in a few C-level
+    passes over the batch (no per-hash Python call). ``False`` means "check them one by one"
+    (the slow path names the bad one); an empty batch is ``False``."""
     if not hashes:
         return False
-    if _hotpath is not None:
-        return _hotpath.all_hex64(hashes)
     if set(map(type, hashes)) != {str} or set(map(len, hashes)) != {64}:
         return False
     joined = "".join(hashes)
@@ -64,12 +59,7 @@ def all_hex64(hashes: Sequence[str]) -> bool:
 
 def batch_names(hashes: Sequence[str], prefix: str, suffix: str, fanout: int = 0) -> list[str]:
     """``[prefix + h + suffix for h in hashes]``, with ``h[:fanout] + "/"`` before ``h`` when
-    ``fanout`` is set: the object names of a batch, built in one C call where
-    :mod:`hicache_sdk._hotpath` is built (and every piece is ASCII)."""
-    if _hotpath is not None:
-        got = _hotpath.names(hashes, prefix, suffix, fanout)
-        if got is not None:
-            return got
+    ``fanout`` is set: the object names of a batch."""
     if fanout:
         return [f"{prefix}{h[:fanout]}/{h}{suffix}" for h in hashes]
     return [f"{prefix}{h}{suffix}" for h in hashes]

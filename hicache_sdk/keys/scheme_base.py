@@ -7,15 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .._ext import hotpath as _hotpath
 from ..hostpool.layout import PoolLayout
 
-__all__ = ["KeyScheme", "NamePlan", "ObjectSpec"]
-
-#: How many names one builder keeps for reuse (:meth:`NamePlan.builder`): K and V of 2048
-#: pages (SGLang 0.5.23 asks a request's whole candidate span at once: 128 Ki tokens at
-#: 64-token pages), in about half a MiB. Names past it are made anew on every lookup.
-NAMES_KEPT = 4096
+__all__ = ["KeyScheme", "ObjectSpec"]
 
 
 @dataclass(frozen=True)
@@ -25,44 +19,6 @@ class ObjectSpec:
 
     name: str
     segments: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class NamePlan:
-    """The names of a pool's pages as a template (:meth:`KeyScheme.name_plan`): object
-    ``c`` of page ``h`` is ``prefix + (h[:fanout] + "/" if fanout else "") + h +
-    suffixes[c]``, for a page hash that passes the scheme's check (``hex_only``: exactly
-    64 lowercase hex chars; else a plain fragment, :func:`~hicache_sdk.keys.names.check_plain_fragment`).
-    Equal, name for name, to :meth:`KeyScheme.page_columns` (column-major), which stays
-    the checked path."""
-
-    prefix: str
-    suffixes: tuple[str, ...]
-    fanout: int
-    hex_only: bool
-
-    def builder(self) -> Callable[[object], list[str] | None]:
-        """``names(page_hashes)``: every object name of the batch, column-major, in one C
-        call (no Python frame: a :class:`hicache_sdk._hotpath.Namer`), or ``None`` when it
-        cannot vouch for the batch (not a list or tuple of plain ASCII ``str`` that pass
-        the check): the caller then takes the checked path, which raises the precise
-        ``ValueError`` or accepts. The builder keeps its first :data:`NAMES_KEPT` names and
-        rewrites in place the ones its caller has let go of (no other reference at all),
-        so a repeated lookup allocates and frees no names; a name still held anywhere is
-        never touched. Without the C extension it always answers ``None``."""
-        if _hotpath is None:
-            return _no_names
-        return _hotpath.Namer(self.prefix, self.suffixes, self.fanout, self.hex_only, NAMES_KEPT)
-
-    def names(self, page_hashes: object) -> list[str] | None:
-        """:meth:`builder`'s answer for ``page_hashes`` (new names, none kept)."""
-        if _hotpath is None:
-            return None
-        return _hotpath.plan_names(self.prefix, self.suffixes, self.fanout, self.hex_only, page_hashes)
-
-
-def _no_names(page_hashes: object) -> None:
-    return None
 
 
 class KeyScheme(ABC):
@@ -132,13 +88,6 @@ class KeyScheme(ABC):
         if not pool.has_buffer:
             return []
         return [(names, tuple(pool.flat_order))]
-
-    def name_plan(self, pool: PoolLayout) -> NamePlan | None:
-        """The template of :meth:`page_columns`' names for ``pool`` (:class:`NamePlan`), for
-        callers that need names only (existence): ``None`` (the default) when the scheme has
-        none, for a logical pool, for a pool the scheme refuses, or while a transport name
-        rule is bound (:meth:`check_storable` must then see every name)."""
-        return None
 
     def bind_transport(self, transport: object) -> None:
         """Adopt ``transport.check_names`` (when it has one) as the rule of

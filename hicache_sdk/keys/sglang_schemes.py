@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 from ..errors import ClearRefusedError
 from .names import all_hex64, batch_names, check_plain_fragment, sanitize_component, sglang_model_name
-from .scheme_base import KeyScheme, NamePlan, ObjectSpec
+from .scheme_base import KeyScheme, ObjectSpec
 from .topology import Topology, _model_of, _reject_namespace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -20,7 +20,7 @@ __all__ = ["SGLangFileKeyScheme", "SGLangMooncakeKeyScheme"]
 def _all_plain(hashes: Sequence[str]) -> bool:
     """Bulk form of :func:`check_plain_fragment` over a batch: ``True`` only when every
     entry surely passes it (``False``: check one by one, which raises on the bad one).
-    SGLang's own hashes (64 lowercase hex chars) pass in one C call."""
+    SGLang's own hashes (64 lowercase hex chars) pass in a few C-level passes."""
     if all_hex64(hashes):
         return True
     if not hashes or set(map(type, hashes)) != {str} or "" in hashes:
@@ -118,11 +118,6 @@ class SGLangFileKeyScheme(_SGLangNamedScheme):
             return f"{self.config_suffix}.bin"
         cfg = self.tp_config_suffix if pool_name == "mamba" else self.config_suffix
         return f".{pool_name}{cfg}.bin"
-
-    def name_plan(self, pool: PoolLayout) -> NamePlan | None:
-        if not pool.has_buffer or self._storable is not None:
-            return None
-        return NamePlan("", (self._name_suffix(pool),), 0, False)
 
     def clear_prefix(self) -> str:
         raise ClearRefusedError(
@@ -292,15 +287,6 @@ class SGLangMooncakeKeyScheme(_SGLangNamedScheme):
             ]
             self._suffixes[pool] = shape
         return shape
-
-    def name_plan(self, pool: PoolLayout) -> NamePlan | None:
-        if not pool.has_buffer or self._storable is not None:
-            return None
-        try:
-            shape = self._shape(pool, "0" * 64)
-        except ValueError:  # a pool this scheme refuses: the checked path says why
-            return None
-        return NamePlan(self._name_prefix(), tuple(suffix for suffix, _ in shape), 0, False)
 
     def _mamba(self, tagged: str, pool: PoolLayout) -> list[ObjectSpec]:
         mha = self._mha(pool)

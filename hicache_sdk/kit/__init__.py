@@ -2,7 +2,7 @@
 
 * :class:`FailureReasons` -- the sink behind ``Transport.count_failure`` (defined with the
   transport interface, :mod:`hicache_sdk.transport`);
-* :mod:`.segments` -- ``(address, nbytes)`` lists: views, coalescing, native bulk copies;
+* :mod:`.segments` -- ``(address, nbytes)`` lists: views, coalescing, bulk copies;
 * :mod:`.fanout` -- :class:`FanOut`, a bounded thread fan-out of one batch;
 * :mod:`.existence` -- :class:`CachedExistence`, the positive-lookup cache with explicit
   invalidation;

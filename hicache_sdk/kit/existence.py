@@ -41,6 +41,7 @@ class CachedExistence(Transport):
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.max_segments = inner.max_segments  # type: ignore[misc]
         self.cancellable = inner.cancellable  # type: ignore[misc]
+        self.io_errors = inner.io_errors  # type: ignore[misc]
         self.failures = inner.failures
 
     @property

@@ -21,8 +21,13 @@ The adapter puts it outermost, around the resilience layer
 (``BackendConfig.negative_cache_ttl_s``; ``0``, the default, leaves it out), so a read the
 deadline abandons counts at once. Such a read fails for every object of its batch: all of
 them that the store still reports present are remembered, since the failure cannot be
-pinned on one of them. What the remembered objects cost: pages in them read as misses for
-up to ``ttl_s`` even if the store recovers sooner.
+pinned on one of them. The store is asked right after the failed read, within the caller's
+deadline; when that deadline has already passed (the read used it all: the inner transport's
+``deadline_passed()`` says so), the failed objects are *suspects* instead, and the question
+waits for the next ``exists`` that asks the store about them: one it reports present is
+remembered and answered absent, one it reports absent is dropped. What the remembered
+objects cost: pages in them read as misses for up to ``ttl_s`` even if the store recovers
+sooner.
 
 Counters (through ``metrics.count``): ``negative_cache_added``, ``negative_cache_suppressed``
 (existence answers turned into misses), ``negative_cache_cleared``.
@@ -42,6 +47,19 @@ __all__ = ["NegativeCache"]
 
 #: Entries kept at most by default (oldest dropped first).
 DEFAULT_MAX_ENTRIES = 65536
+
+
+def _hook(transport: object, name: str) -> Any:
+    """The attribute ``name`` of ``transport`` or of the first transport it wraps that has it."""
+    seen: set[int] = set()
+    t: object = transport
+    while t is not None and id(t) not in seen:
+        seen.add(id(t))
+        got = getattr(t, name, None)
+        if got is not None:
+            return got
+        t = getattr(t, "inner", None)
+    return None
 
 
 class NegativeCache(Transport):
@@ -68,6 +86,8 @@ class NegativeCache(Transport):
         self._metrics = metrics
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, float] = OrderedDict()  # name -> when remembered
+        self._suspects: OrderedDict[str, float] = OrderedDict()  # failed, not yet asked about
+        self._passed = _hook(inner, "deadline_passed")
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.max_segments = inner.max_segments  # type: ignore[misc]
         self.cancellable = inner.cancellable  # type: ignore[misc]
@@ -109,6 +129,8 @@ class NegativeCache(Transport):
     def forget(self, names: Sequence[str]) -> int:
         """Clear ``names``; how many were remembered."""
         with self._lock:
+            for k in names if self._suspects else ():
+                self._suspects.pop(k, None)
             if not self._entries:
                 return 0
             n = sum(1 for k in names if self._entries.pop(k, None) is not None)
@@ -132,14 +154,50 @@ class NegativeCache(Transport):
             return out
 
     # -- Transport -----------------------------------------------------------------------
+    def suspect(self, names: Sequence[str]) -> None:
+        """Remember ``names`` as failed reads to ask the store about at their next ``exists``
+        (module docs); suspects older than ``ttl_s`` are dropped unasked."""
+        now = self._clock()
+        with self._lock:
+            for k in names:
+                self._suspects.pop(k, None)
+                self._suspects[k] = now
+            while len(self._suspects) > self.max_entries:
+                self._suspects.popitem(last=False)
+
+    def _confirm(self, keys: Sequence[str], found: list[int | None]) -> list[int | None]:
+        """The store's answers ``found`` for ``keys``, with every suspect among them settled:
+        present -> remembered and answered absent; absent -> dropped. Answers given after the
+        caller's deadline ended settle nothing (the store may not have been asked)."""
+        if self._passed is not None and self._passed():
+            return found
+        now = self._clock()
+        with self._lock:
+            suspects = self._suspects
+            asked = {k: f for k, f in zip(keys, found) if k in suspects}
+            for k in asked:
+                del suspects[k]
+            for k in [k for k, at in suspects.items() if now - at > self.ttl_s]:
+                del suspects[k]
+        stale = {k for k, f in asked.items() if f is not None}
+        if not stale:
+            return found
+        self.remember(list(stale))
+        self._count("negative_cache_suppressed", sum(1 for k in keys if k in stale))
+        return [None if k in stale else f for k, f in zip(keys, found)]
+
     def exists(self, keys: Sequence[str]) -> list[int | None]:
         known = self._remembered(keys)
         if not any(known):
-            return self._inner.exists(keys)
+            found = self._inner.exists(keys)
+            return self._confirm(keys, found) if self._suspects else found
         ask = [k for k, bad in zip(keys, known) if not bad]
-        found = iter(self._inner.exists(ask) if ask else [])
+        answers = self._inner.exists(ask) if ask else []
+        if self._suspects:
+            answers = self._confirm(ask, answers)
+        rest = iter(answers)
         self._count("negative_cache_suppressed", sum(known))
-        return [None if bad else next(found) for bad in known]
+        return [None if bad else next(rest) for bad in known]
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments], cancel: Any = None) -> list[bool]:
         res = (
@@ -159,6 +217,10 @@ class NegativeCache(Transport):
             stale = [k for k, size in zip(failed, found) if size is not None]
             if stale:
                 self.remember(stale)
+            if self._passed is not None and self._passed():
+                # the caller's deadline ended before the store answered them all: ask again
+                # at their next exists
+                self.suspect([k for k, size in zip(failed, found) if size is None] + failed[len(found) :])
         return res
 
     def write(self, keys: Sequence[str], buffers: Sequence[Segments], cancel: Any = None) -> list[bool]:
@@ -182,6 +244,8 @@ class NegativeCache(Transport):
         with self._lock:
             for k in [k for k in self._entries if k.startswith(prefix)]:
                 del self._entries[k]
+            for k in [k for k in self._suspects if k.startswith(prefix)]:
+                del self._suspects[k]
         self._inner.clear(prefix)
 
     def health(self) -> bool:
@@ -190,6 +254,7 @@ class NegativeCache(Transport):
     def close(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._suspects.clear()
         self._inner.close()
 
     def register_memory(self, address: int, nbytes: int) -> None:

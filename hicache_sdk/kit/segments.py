@@ -8,12 +8,12 @@ Helpers:
 * :func:`total_bytes`, :func:`coalesce` (merge adjacent pieces, drop empty ones);
 * :func:`memoryviews`: writable ``memoryview`` objects over the pieces, for ``recv_into``,
   ``readinto``, ``sendmsg``, ``os.preadv`` / ``os.pwritev``, with no copy;
-* :func:`gather` / :func:`scatter` / :func:`copy_runs`: bulk copies. With the compiled
-  :mod:`hicache_sdk._native` module the whole list is one call that releases the GIL while it
-  copies (adjacent runs merged into one ``memmove``); without it, a ``ctypes.memmove`` loop
-  (``ctypes`` also releases the GIL per call). :data:`NATIVE` says which one is in use.
-  Large native copies are split over threads (:func:`copy_threads`) and written with
-  streaming stores (:func:`copy_stream`).
+* :func:`gather` / :func:`scatter` / :func:`copy_runs`: bulk copies with the GIL released.
+  With the optional C extension (:data:`NATIVE`) a call is one C call, and a call of 4 MiB or
+  more writes its runs of 64 KiB or more with streaming stores (x86-64): a staged batch's
+  copy then leaves the caches to the code that runs next, which is what keeps staging within
+  one memcpy of the page (``docs/resilience.md``, Performance). Without it, one
+  ``ctypes.memmove`` per run (the same bytes).
 """
 
 from __future__ import annotations
@@ -21,8 +21,12 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
-from .._ext import native as _native
 from ..transport import Segment, Segments
+
+try:
+    from .. import _copy as _native
+except ImportError:  # pragma: no cover - built without a compiler
+    _native = None  # type: ignore[assignment]
 
 __all__ = [
     "NATIVE",
@@ -36,7 +40,8 @@ __all__ = [
     "total_bytes",
 ]
 
-#: Whether the compiled copy module is in use.
+
+#: Whether the optional C extension (``hicache_sdk._copy``) was built.
 NATIVE = _native is not None
 
 
@@ -68,65 +73,42 @@ def memoryviews(segments: Segments) -> list[memoryview]:
     return out
 
 
-def _py_copy_runs(runs: Sequence[tuple[int, int, int]]) -> int:
-    total = 0
-    move = ctypes.memmove
-    for dst, src, n in runs:
-        if n:
-            if not dst or not src:
-                raise ValueError(f"null address in run ({dst}, {src}, {n})")
-            move(dst, src, n)
-        total += n
-    return total
-
-
 def copy_runs(runs: Sequence[tuple[int, int, int]]) -> int:
-    """Copy every ``(dst, src, nbytes)`` run; returns the bytes copied. Entries are checked
-    before any byte moves (native) -- a bad one is a ``ValueError``."""
+    """Copy every ``(dst, src, nbytes)`` run, in order; returns the bytes copied. Every
+    entry is checked before any byte moves: a negative size, or a null address with a
+    non-zero size, is a ``ValueError`` and nothing is copied. Runs must not overlap one
+    another (a run may overlap itself: memmove semantics)."""
     if _native is not None:
         return _native.copy_runs(runs)
     return _py_copy_runs(runs)
 
 
-def copy_threads(n: int = -1) -> int:
-    """The number of threads a large native copy is split over (at least 4 MiB in total,
-    one thread per 2 MiB, the caller's included); ``0`` is the default (the online CPUs, at
-    most 4), ``1`` never splits. Returns the setting before the call; ``-1`` only reads it.
-    The environment variable ``HICACHE_COPY_THREADS`` sets it at import. Without the native
-    module copies are single-threaded and this returns 1."""
-    if _native is None:
-        return 1
-    return _native.copy_threads(n)
-
-
-def copy_stream(flag: int = -1) -> int:
-    """Whether a native copy of 4 MiB or more writes with non-temporal (streaming) stores,
-    bypassing the cache (x86-64; elsewhere the flag has no effect): ``1`` on (the default),
-    ``0`` off. Returns the setting before the call; ``-1`` only reads it. The environment
-    variable ``HICACHE_COPY_STREAM=0`` turns it off at import. Without the native module
-    this returns 0."""
-    if _native is None:
-        return 0
-    return _native.copy_stream(flag)
+def _py_copy_runs(runs: Sequence[tuple[int, int, int]]) -> int:
+    total = 0
+    for dst, src, n in runs:
+        if n < 0 or (n and (not dst or not src)):
+            raise ValueError(f"bad copy run ({dst}, {src}, {n})")
+        total += n
+    move = ctypes.memmove
+    for dst, src, n in runs:
+        if n:
+            move(dst, src, n)
+    return total
 
 
 def gather(segments: Segments, dst: int) -> int:
     """Copy the pieces back to back into contiguous memory at ``dst``; returns the bytes."""
-    if _native is not None:
-        return _native.gather(dst, segments)
     runs, off = [], dst
     for a, n in segments:
         runs.append((off, a, n))
         off += n
-    return _py_copy_runs(runs)
+    return copy_runs(runs)
 
 
 def scatter(src: int, segments: Segments) -> int:
     """Split contiguous memory at ``src`` into the pieces; returns the bytes."""
-    if _native is not None:
-        return _native.scatter(src, segments)
     runs, off = [], src
     for a, n in segments:
         runs.append((a, off, n))
         off += n
-    return _py_copy_runs(runs)
+    return copy_runs(runs)

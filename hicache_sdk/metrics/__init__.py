@@ -5,6 +5,6 @@ needs ``hicache-sdk[prometheus]``) and the bridge's per-rank endpoint (:mod:`.en
 
 from __future__ import annotations
 
-from .backend import LATENCY_BUCKETS_S, Metrics, OpRecorder
+from .backend import LATENCY_BUCKETS_S, BugRecord, Metrics, redact
 
-__all__ = ["LATENCY_BUCKETS_S", "Metrics", "OpRecorder"]
+__all__ = ["LATENCY_BUCKETS_S", "BugRecord", "Metrics", "redact"]

@@ -39,13 +39,14 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, List, Optional
+from urllib.parse import unquote, urlsplit
 
 from ..capabilities import ADAPTER, Capabilities
 from ..config import BackendConfig
 from ..errors import ConfigError
 from ..keys.scheme_base import KeyScheme
 from ..metrics.backend import Metrics
-from ..resilience import wrap_transport
+from ..resilience import Resilience, wrap_transport
 from ..spec import (
     HiCacheStorage,
     HiCacheStorageConfig,
@@ -56,10 +57,10 @@ from ..spec import (
     pool_name_str,
 )
 from ..transport import Transport
-from .columns import ExistsPlan, build_columns, exists_columns, read_columns, write_columns
+from .columns import build_columns, exists_columns, read_columns, write_columns
 from .generic import LegacyPathMixin
 from .objectpath import ObjectPathMixin
-from .objects import ObjectEngine, ObjectIO, column_sizes, pages_present
+from .objects import ObjectEngine, ObjectIO
 from .pools import PoolState, check_keys, check_policy, host_page_starts, resolve_transfers
 from .registration import PoolRegistryMixin
 
@@ -71,6 +72,27 @@ __all__ = ["PagedStorage"]
 log = logging.getLogger(__name__)
 
 _KV = PoolName.KV.value
+
+
+def _secrets_of(config: Any) -> list[str]:
+    """The values :func:`~hicache_sdk.metrics.backend.redact` must hide for ``config``: its
+    secret settings, and the password of any URL among its settings."""
+    out: list[str] = []
+    shown = config.redacted() if callable(getattr(config, "redacted", None)) else {}
+    for name, text in shown.items():
+        value = getattr(config, name, None)
+        if not isinstance(value, str) or not value:
+            continue
+        if text == "***":
+            out.append(value)
+        elif "://" in value:
+            try:
+                password = urlsplit(value).password
+            except ValueError:
+                continue
+            if password:
+                out += [password, unquote(password)]
+    return out
 
 
 def _derive_capabilities(cls: type[PagedStorage]) -> Capabilities:
@@ -130,8 +152,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise ConfigError(f"kwargs must be a mapping, got {type(kwargs).__name__}")
         self.config: Any = self.config_cls.from_mapping({**extra, **(kwargs or {})})
-        self.metrics = Metrics()
-        self._rec_exists = self.metrics.op("exists")  # batch_exists' recorder (one C call)
+        self.metrics = Metrics(secrets=_secrets_of(self.config))
         self.scheme: KeyScheme = self.create_key_scheme()
         self.raw_transport: Transport = self.create_transport(self.config)
         if not isinstance(self.raw_transport, Transport):
@@ -141,13 +162,15 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             )
         self.raw_transport.failures.bind(self.metrics.error)
         self.scheme.bind_transport(self.raw_transport)  # its name rule (KeyScheme.check_storable)
+        # The layers around the transport, innermost first: the existence cache, the
+        # resilience policies (deadline, breaker, staging, retry), the negative cache.
         inner: Transport = self.raw_transport
         ttl = float(self.config.exists_cache_ttl())
         if ttl:
             from ..kit.existence import CachedExistence
 
             inner = CachedExistence(inner, ttl)
-        self.transport: Transport = wrap_transport(inner, self.config, self.metrics)
+        self.transport: Transport = wrap_transport(inner, self.create_resilience(), self.metrics)
         if getattr(self.config, "negative_cache_ttl_s", 0):  # outermost: an abandoned read counts at once
             from ..kit.negative import NegativeCache
 
@@ -159,8 +182,6 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         self._engine = ObjectEngine(self.transport, self.metrics, checksum=bool(self.config.checksum))
         self._lock = threading.Lock()
         self._kv: PoolState | None = None
-        self._kv_exists: ExistsPlan | None = None
-        self._pool_exists: dict[str, ExistsPlan | None] = {}
         self._pools: dict[str, PoolState] = {}
         self._closed = False
 
@@ -172,6 +193,13 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         if tcls is None:
             raise TypeError(f"{type(self).__name__}: set transport_cls or override create_transport()")
         return tcls(config)  # type: ignore[call-arg]
+
+    def create_resilience(self) -> Resilience:
+        """The resilience policies around the transport (deadline, breaker, staging,
+        retry): by default the shared config keys' (:meth:`Resilience.from_config`), with no
+        retry. Override to inject others, e.g. ``dataclasses.replace(super().create_resilience(),
+        retry=Retry(2, ExponentialBackoff()))``."""
+        return Resilience.from_config(self.config)
 
     @classmethod
     def check_environment(cls) -> str | None:
@@ -215,20 +243,12 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
     def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
         """Consecutive pages from the start whose KV object(s) exist with the expected
         size (one transport call). A wrong-sized object is missing and gets deleted."""
-        plan = self._kv_exists
-        if plan is not None:  # the names in one C call, which also vouches for the keys
-            names = plan.names(keys)
-            if names is not None:
-                t0 = time.perf_counter()
-                hits = 0 if self._closed else self._engine.exists_pages(names, len(keys), plan.sizes)
-                self._rec_exists(hits, 0, time.perf_counter() - t0, True)
-                return hits
         kv = self._require_kv_bytes("batch_exists")
         keys = check_keys(keys)
         cols = build_columns(kv, self.scheme, keys, None)
         t0 = time.perf_counter()
         if cols is not None:  # the column fast path: no per-page objects at all
-            # the names as given, as on the name-plan path: a repeated key is asked again
+            # the names as given: a repeated key is asked again
             per_key = exists_columns(self._engine, cols, self._closed)
         else:
             objs, owners = self._page_objects_nomem(kv, keys)
@@ -256,9 +276,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         from .merge import PoolPresence, fold_exists_v2
 
         kv = self._require_kv("batch_exists_v2")
-        named = self._exists_v2_names(kv, keys, pool_transfers)
-        if named is None:
-            keys = check_keys(keys)
+        keys = check_keys(keys)
         transfers = list(pool_transfers or [])
         specs: list[tuple[str, Any, int, PoolState]] = []
         for i, t in enumerate(transfers):
@@ -270,21 +288,17 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             specs.append((name, policy, window, state))
         logical = not kv.layout.has_buffer
         present: list[list[bool]] = []
-        if named is not None:  # every group by its name plan: one C call each, no objects
-            t0 = time.perf_counter()
-            present = self._exists_planned(len(keys), named)
-        else:
-            groups: list[tuple[list[ObjectIO], list[int]]] = []
-            if not logical:
-                groups.append(self._page_objects_nomem(kv, keys))
-            for _, _, _, state in specs:
-                groups.append(self._page_objects_nomem(state, keys))
-            t0 = time.perf_counter()
-            ok = self._exists([o for objs, _ in groups for o in objs])
-            pos = 0
-            for objs, owners in groups:
-                present.append(self._fold(len(keys), owners, ok[pos : pos + len(objs)]))
-                pos += len(objs)
+        groups: list[tuple[list[ObjectIO], list[int]]] = []
+        if not logical:
+            groups.append(self._page_objects_nomem(kv, keys))
+        for _, _, _, state in specs:
+            groups.append(self._page_objects_nomem(state, keys))
+        t0 = time.perf_counter()
+        ok = self._exists([o for objs, _ in groups for o in objs])
+        pos = 0
+        for objs, owners in groups:
+            present.append(self._fold(len(keys), owners, ok[pos : pos + len(objs)]))
+            pos += len(objs)
         kv_present = [True] * len(keys) if logical else present.pop(0)
         pools = [
             PoolPresence(name, policy, window, pres)
@@ -293,44 +307,6 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         result = fold_exists_v2(kv_present, pools, logical_kv_anchor=logical)
         self.metrics.record("exists", pages=result.kv_hit_pages, seconds=time.perf_counter() - t0)
         return result
-
-    def _exists_v2_names(
-        self, kv: PoolState, keys: object, transfers: Optional[List[PoolTransfer]]
-    ) -> list[tuple[list[str], tuple[int, ...]]] | None:
-        """``batch_exists_v2``'s groups by name plan -- the KV pool's (unless a logical
-        anchor), then each transfer's pool's, in order -- as (names, per-column stored sizes);
-        ``None`` unless every group has a plan that vouches for ``keys`` (the checked path
-        then decides, and raises what it raises)."""
-        if transfers is not None and not isinstance(transfers, (list, tuple)):
-            return None
-        plans: list[ExistsPlan | None] = [] if not kv.layout.has_buffer else [self._kv_exists]
-        for t in transfers or ():
-            try:
-                name = pool_name_str(getattr(t, "name", None))
-            except (TypeError, ValueError):
-                return None
-            plans.append(self._kv_exists if name == _KV else self._pool_exists.get(name))
-        out: list[tuple[list[str], tuple[int, ...]]] = []
-        for plan in plans:
-            names = plan.names(keys) if plan is not None else None
-            if plan is None or names is None:
-                return None
-            out.append((names, plan.sizes))
-        return out
-
-    def _exists_planned(self, n: int, named: list[tuple[list[str], tuple[int, ...]]]) -> list[list[bool]]:
-        """Per group, per page: every object present with its stored size (one transport
-        call for all groups, each name asked once, as on the object path; names
-        column-major within a group)."""
-        names = [nm for group, _ in named for nm in group]
-        sizes = [sz for _, cols in named for sz in column_sizes(cols, n)]
-        ok = [False] * len(names) if self._closed else self._engine.exists_named(names, sizes)
-        present: list[list[bool]] = []
-        pos = 0
-        for group, _ in named:
-            present.append(pages_present(ok[pos : pos + len(group)], n))
-            pos += len(group)
-        return present
 
     # -- v1 zero-copy ----------------------------------------------------------------------
     def batch_get_v1(
@@ -437,7 +413,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         try:
             self.transport.delete(list(dict.fromkeys(o.name for o in objs)))
         except Exception as e:
-            self.metrics.error(getattr(e, "reason", type(e).__name__))
+            self.metrics.failure("delete", e, self.raw_transport.io_errors)
 
     def clear(self) -> None:
         """Remove this backend's objects: exactly those under the key scheme's

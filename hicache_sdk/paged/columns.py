@@ -19,7 +19,7 @@ in one vectorised comparison; written from one array built from a template.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -33,14 +33,11 @@ from .header import PAGE_DIGEST_AT, TRAILER_SIZE, HeaderError, PageHeader, crc32
 if TYPE_CHECKING:  # pragma: no cover
     import numpy.typing as npt
 
-    from ..keys.scheme_base import KeyScheme, NamePlan
+    from ..keys.scheme_base import KeyScheme
     from .objects import ObjectEngine
     from .pools import PoolState
 
-# every segment list of a batch in one C call (optional; else numpy and comprehensions)
-from .._ext import hotpath as _hotpath
-
-__all__ = ["Columns", "ExistsPlan", "build_columns", "exists_columns", "read_columns", "write_columns"]
+__all__ = ["Columns", "build_columns", "exists_columns", "read_columns", "write_columns"]
 
 
 @dataclass
@@ -70,38 +67,6 @@ class Columns:
         if self.n_cols == 2:
             return list(map(operator.and_, ok[:n], ok[n:]))
         return [all(ok[c * n + i] for c in range(self.n_cols)) for i in range(n)]
-
-
-@dataclass(frozen=True)
-class ExistsPlan:
-    """Existence of a pool's pages by template (the names-only fast path of
-    ``batch_exists``): the scheme's :class:`~hicache_sdk.keys.scheme_base.NamePlan`, its
-    builder (``names(keys)``: the batch's names in one C call, or ``None`` for the checked
-    path) and the stored size of each column's objects. Made once per registered pool
-    (:meth:`of`)."""
-
-    plan: NamePlan
-    names: Callable[[object], list[str] | None]
-    sizes: tuple[int, ...]
-
-    @classmethod
-    def of(cls, scheme: KeyScheme, state: PoolState) -> ExistsPlan | None:
-        """The plan of ``state``'s pages, or ``None`` when the scheme has no name plan for
-        it (then ``batch_exists`` goes through :func:`build_columns`). The plan's names are
-        checked against :meth:`~KeyScheme.page_columns` on a probe page."""
-        plan = scheme.name_plan(state.layout)
-        if plan is None:
-            return None
-        probe = ["0" * 64]
-        try:
-            spec = scheme.page_columns(probe, state.layout)
-        except ValueError:
-            return None
-        if not spec or plan.names(probe) != [names[0] for names, _ in spec]:
-            return None
-        seg_sizes = state.layout.segment_sizes
-        extra = TRAILER_SIZE if state.identity is not None else 0
-        return cls(plan, plan.builder(), tuple(sum(seg_sizes[j] for j in idx) + extra for _, idx in spec))
 
 
 def _runs(
@@ -196,16 +161,10 @@ def build_columns(
         if any(len(rb) + (1 if header else 0) > max_segments for rb, _, _ in runs):
             return None  # the per-object path stages such objects
         base = trailers.__array_interface__["data"][0] if trailers is not None else 0
-        pages = np.asarray(starts, dtype=np.int64) // layout.page_size if _hotpath is None else None
+        pages = np.asarray(starts, dtype=np.int64) // layout.page_size
         for c, (rb, rs, rn) in enumerate(runs):
             at = base + c * n * TRAILER_SIZE if trailers is not None else None
-            if pages is None:  # one C call builds every segment list of the column
-                cols = list(zip(rb, rs, rn))
-                buffers += _hotpath.rows(
-                    starts, layout.page_size, cols, -1 if at is None else at, TRAILER_SIZE
-                )
-            else:
-                buffers += _rows(pages, rb, rs, rn, at)
+            buffers += _rows(pages, rb, rs, rn, at)
         if header and write and checksum:
             assert trailers is not None and state.identity is not None and expected is not None
             for o, segs in enumerate(buffers):
@@ -248,6 +207,12 @@ def read_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     n_obj = len(cols.names)
     if n_obj == 0:
         return [True] * cols.n_pages
+    with engine.deadline("read"):
+        return _read_columns(engine, cols)
+
+
+def _read_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
+    n_obj = len(cols.names)
     ok = _call(engine, "read", cols)
     if ok is None:
         return [False] * cols.n_pages
@@ -297,6 +262,11 @@ def write_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     occurrence, and every occurrence gets that result: the first write wins."""
     if not cols.names:
         return [True] * cols.n_pages
+    with engine.deadline("write"):
+        return _write_columns(engine, cols)
+
+
+def _write_columns(engine: ObjectEngine, cols: Columns) -> list[bool]:
     dup = first_occurrences(cols.names)
     if dup is not None:
         keep, owner = dup
@@ -325,4 +295,5 @@ def exists_columns(engine: ObjectEngine, cols: Columns, closed: bool = False) ->
         return [False] * cols.n_pages
     if not cols.names:
         return [True] * cols.n_pages
-    return cols.fold(engine.exists_named(cols.names, cols.sizes, distinct=True))
+    with engine.deadline("exists"):
+        return cols.fold(engine.exists_named(cols.names, cols.sizes, distinct=True))

@@ -45,8 +45,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-# SHA-256 of a whole batch of page hashes in one call (optional C extension; else hashlib)
-from .._ext import hotpath as _hotpath
 from ..transport import Segment
 
 __all__ = [
@@ -95,10 +93,7 @@ def digest(data: bytes | str) -> bytes:
 
 
 def page_digests(page_hashes: Sequence[str]) -> bytes:
-    """:func:`digest` of every page hash, concatenated (32 bytes each, in order): one native
-    call per batch where :mod:`hicache_sdk._hotpath` is built (same bytes as hashlib)."""
-    if _hotpath is not None:
-        return _hotpath.sha256_each(page_hashes)
+    """:func:`digest` of every page hash, concatenated (32 bytes each, in order)."""
     sha = hashlib.sha256
     return b"".join([sha(h.encode()).digest() for h in page_hashes])
 
@@ -136,14 +131,8 @@ def plain_records(
 def page_records(
     identity: bytes, page_hashes: Sequence[str], payloads: Sequence[int]
 ) -> npt.NDArray[np.uint8]:
-    """:func:`plain_records` of these pages, digests included: one C call per batch where
-    :mod:`hicache_sdk._hotpath` is built (hash and template copy per row), else
-    :func:`page_digests` and :func:`plain_records`. Writable."""
-    n = len(page_hashes)
-    if _hotpath is None or not n:
-        return plain_records(identity, page_digests(page_hashes), payloads, n)
-    raw = _hotpath.records(page_hashes, [_template_bytes(identity, p) for p in payloads], PAGE_DIGEST_AT)
-    return np.frombuffer(raw, dtype=np.uint8).reshape(n * len(payloads), TRAILER_SIZE)
+    """:func:`plain_records` of these pages, digests included (writable)."""
+    return plain_records(identity, page_digests(page_hashes), payloads, len(page_hashes))
 
 
 @functools.lru_cache(maxsize=256)

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -87,21 +89,18 @@ def _plain_records(objects: Sequence[ObjectIO], scratch: np.ndarray) -> list[boo
     return same
 
 
-def column_sizes(col_sizes: Sequence[int], n_pages: int) -> list[int]:
-    """Each object's expected stored size, column-major (``col_sizes[c]`` for the
-    ``n_pages`` objects of column ``c``)."""
-    return [size for size in col_sizes for _ in range(n_pages)]
-
-
-def pages_present(ok: Sequence[bool], n_pages: int) -> list[bool]:
-    """Per page: every one of its objects present, ``ok`` column-major (object ``c`` of
-    page ``i`` at ``c * n_pages + i``); one C-speed pass over the columns."""
-    k = len(ok) // n_pages if n_pages else 0
-    if k == 1:
-        return list(ok)
-    if k == 0:
-        return [True] * n_pages
-    return list(map(all, zip(*(ok[c * n_pages : (c + 1) * n_pages] for c in range(k)))))
+def _found(transport: object, name: str) -> Any:
+    """``transport``'s attribute ``name``, or that of the first transport it wraps (``inner``)
+    that has one; ``None`` when none has."""
+    seen: set[int] = set()
+    t: object = transport
+    while t is not None and id(t) not in seen:
+        seen.add(id(t))
+        got = getattr(t, name, None)
+        if got is not None:
+            return got
+        t = getattr(t, "inner", None)
+    return None
 
 
 class ObjectEngine:
@@ -111,12 +110,20 @@ class ObjectEngine:
         self.transport = transport
         self.metrics = metrics
         self.checksum = checksum
+        self._scope = _found(transport, "deadline_scope")
+
+    def deadline(self, op: str) -> AbstractContextManager[object]:
+        """The deadline of one batch of ``op`` (``"read"``, ``"write"``, ``"exists"``): every
+        transport call inside the block -- the follow-up existence check of a failed read,
+        the deletion of a corrupt object -- ends by it (the resilience layer's
+        ``deadline_scope``; nothing where the transport has none)."""
+        return self._scope(op) if self._scope is not None else nullcontext()
 
     # -- failure handling ---------------------------------------------------------
     def _failed(self, op: str, exc: BaseException) -> None:
-        reason = exc.reason if isinstance(exc, TransportError) else "unexpected"
-        self.metrics.error(reason)
-        log.debug("transport %s failed (%s): %s", op, reason, type(exc).__name__)
+        """An exception that escaped the transport: an I/O failure or a bug, counted (the
+        resilience layer counts its own; this is for what gets past it)."""
+        self.metrics.failure(op, exc, getattr(self.transport, "io_errors", ()))
 
     def delete_corrupt(self, names: Sequence[str]) -> None:
         """Delete objects found corrupt and count them (``integrity_deleted``)."""
@@ -133,7 +140,8 @@ class ObjectEngine:
     def exists(self, objects: Sequence[ObjectIO]) -> list[bool]:
         """Per object: present with the expected size (or a size the transport cannot
         tell cheaply). An object of the wrong size is missing and is deleted."""
-        return self.exists_named([o.name for o in objects], [o.object_size for o in objects])
+        with self.deadline("exists"):
+            return self.exists_named([o.name for o in objects], [o.object_size for o in objects])
 
     def exists_named(
         self, names: Sequence[str], sizes: Sequence[int], *, distinct: bool = False
@@ -147,22 +155,6 @@ class ObjectEngine:
         if found is None:
             return [False] * len(names)
         return self._present(names, sizes, unique, found)
-
-    def exists_pages(self, names: list[str], n_pages: int, col_sizes: Sequence[int]) -> int:
-        """How many pages, from the first, have every object present with its stored size:
-        ``names`` column-major (object ``c`` of page ``i`` at ``c * n_pages + i``), column
-        ``c``'s objects of stored size ``col_sizes[c]``. One transport call with the names
-        as given (a repeated name is simply asked again: the transport answers it alike);
-        wrong-sized objects are missing and deleted, as in :meth:`exists_named`."""
-        if not names:
-            return n_pages
-        found = self._ask_exists(names)
-        if found is None:
-            return 0
-        if found.count(SIZE_UNKNOWN) == len(found):  # all present, no sizes (Mooncake): one C scan
-            return n_pages
-        present = pages_present(self._present(names, column_sizes(col_sizes, n_pages), names, found), n_pages)
-        return present.index(False) if False in present else n_pages
 
     def _ask_exists(self, names: Sequence[str]) -> list[int | None] | None:
         """The transport's answers for ``names``; ``None`` (counted) when it failed."""
@@ -208,6 +200,10 @@ class ObjectEngine:
     def read(self, objects: Sequence[ObjectIO]) -> list[bool]:
         """Read every object into its segments. ``True`` per object only when the bytes
         arrived whole and (header schemes) the header validated."""
+        with self.deadline("read"):
+            return self._read(objects)
+
+    def _read(self, objects: Sequence[ObjectIO]) -> list[bool]:
         n = len(objects)
         if n == 0:
             return []
@@ -291,13 +287,17 @@ class ObjectEngine:
         A name given more than once is written once, from its first occurrence, and every
         occurrence gets that result: the first write wins whatever the transport does
         with duplicates."""
+        with self.deadline("write"):
+            return self._write(objects)
+
+    def _write(self, objects: Sequence[ObjectIO]) -> list[bool]:
         n = len(objects)
         if n == 0:
             return []
         dup = first_occurrences([o.name for o in objects])
         if dup is not None:
             firsts, owner = dup
-            done = self.write([objects[i] for i in firsts])
+            done = self._write([objects[i] for i in firsts])
             return [done[j] for j in owner]
         limit = max(1, int(getattr(self.transport, "max_segments", 1 << 30)))
         headers: list[bytes] = []

@@ -18,7 +18,6 @@ from ..errors import NotRegisteredError
 from ..keys.scheme_base import KeyScheme
 from ..spec import PoolName, pool_name_str
 from ..transport import Transport
-from .columns import ExistsPlan
 from .header import digest
 from .pools import PoolState
 
@@ -35,10 +34,6 @@ class PoolRegistryMixin:
     transport: Transport
     _lock: threading.Lock
     _kv: PoolState | None
-    #: the KV pool's names-only existence plan (``batch_exists``'s fast path), or ``None``
-    _kv_exists: ExistsPlan | None
-    #: each extra pool's plan (``batch_exists_v2``'s fast path), by pool name
-    _pool_exists: dict[str, ExistsPlan | None]
     _pools: dict[str, PoolState]
     _registered_memory: set[tuple[int, int]]
 
@@ -72,12 +67,10 @@ class PoolRegistryMixin:
         layout and geometry come from the pool, never from config."""
         rep = bool(getattr(self.storage_config, "is_mla_model", False))
         state = self._describe(mem_pool_host, _KV, rep)
-        plan = ExistsPlan.of(self.scheme, state)
         self._register_memory(mem_pool_host)
         with self._lock:
             self.mem_pool_host = mem_pool_host
             self._kv = state
-            self._kv_exists = plan
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         """Register one pool by name (a PoolName -- ours or SGLang's -- or a str). The
@@ -94,11 +87,9 @@ class PoolRegistryMixin:
                 self.register_mem_pool_host(host_pool)
             return
         state = self._describe(host_pool, name, None)
-        plan = ExistsPlan.of(self.scheme, state)
         self._register_memory(host_pool)
         with self._lock:
             self._pools[name] = state
-            self._pool_exists[name] = plan
 
     def _register_memory(self, pool: Any) -> None:
         """Tell the transport, once per distinct buffer, which host memory it will be

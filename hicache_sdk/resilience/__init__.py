@@ -1,9 +1,11 @@
-"""Resilience shared by every backend: deadlines, circuit breaker, staging, failure
-injection and metrics.
+"""Resilience shared by every backend: deadlines, circuit breaker, staging and retry as
+policy objects (:mod:`.policies`, :mod:`.retry`), composed around a transport by
+:class:`ResilientTransport`; failure injection for tests.
 
-The paged adapter calls :func:`wrap_transport` on every backend's transport; the result
-is a :class:`ResilientTransport` with the same :class:`~hicache_sdk.transport.Transport`
-interface (see :mod:`hicache_sdk.resilience.resilient` for the behaviour).
+The paged adapter calls :func:`wrap_transport` on every backend's transport with the
+policies of :meth:`PagedStorage.create_resilience
+<hicache_sdk.paged.adapter.PagedStorage.create_resilience>` (by default, the shared config
+keys: :meth:`Resilience.from_config`).
 """
 
 from __future__ import annotations
@@ -15,16 +17,27 @@ from ..metrics.backend import Metrics
 from ..transport import Transport
 from .breaker import CircuitBreaker
 from .inject import FailureInjector, is_inside_sglang, set_inside_sglang
-from .resilient import Quarantine, ResilienceConfig, ResilientTransport
+from .policies import Breaker, Deadline, Quarantine, Resilience, ResilienceConfig, Staging
+from .resilient import ResilientTransport
+from .retry import Backoff, ConstantBackoff, ExponentialBackoff, NoBackoff, Retry
 from .staging import StagingPool
 
 __all__ = [
+    "Backoff",
+    "Breaker",
     "CircuitBreaker",
+    "ConstantBackoff",
+    "Deadline",
+    "ExponentialBackoff",
     "FailureInjector",
     "Metrics",
+    "NoBackoff",
     "Quarantine",
+    "Resilience",
     "ResilienceConfig",
     "ResilientTransport",
+    "Retry",
+    "Staging",
     "StagingPool",
     "is_inside_sglang",
     "set_inside_sglang",
@@ -34,7 +47,7 @@ __all__ = [
 
 def wrap_transport(
     transport: Transport,
-    config: ResilienceConfig,
+    config: Resilience | ResilienceConfig,
     metrics: Metrics,
     *,
     injector: FailureInjector | None = None,
@@ -45,21 +58,15 @@ def wrap_transport(
     quarantine: Quarantine | None = None,
     close_timeout_s: float | None = None,
 ) -> ResilientTransport:
-    """Wrap ``transport`` with the policies ``config`` (a :class:`~hicache_sdk.config.BackendConfig`)
-    selects: ``exists_timeout_s``, ``transfer_timeout_s``, ``breaker_failures``,
-    ``breaker_reset_s``, ``max_abandoned``, ``staging_bytes``.
+    """Wrap ``transport`` in a :class:`ResilientTransport` with the policies ``config``
+    gives: a :class:`Resilience`, or a config with the shared keys (a
+    :class:`~hicache_sdk.config.BackendConfig`: ``exists_timeout_s``, ``transfer_timeout_s``,
+    ``breaker_failures``, ``breaker_reset_s``, ``max_abandoned``, ``staging_bytes``).
 
-    * ``injector``: failure injection from code; ``None`` reads the environment
-      (:meth:`FailureInjector.from_env`; nothing configured means no injection).
-    * ``clock``: the breaker's clock (tests inject a fake one).
-    * ``start_open``: start with the breaker open (service known unreachable);
-      ``probe_at_start``: call ``health()`` once, bounded by the exists deadline, and start
-      open if it fails (default: when the transport declares the ``health`` capability).
-    * ``caller_owns_memory`` / ``quarantine``: see :class:`ResilientTransport`.
-    * ``close_timeout_s``: how long ``close()`` waits for running calls (default
-      ``max(1, min(transfer_timeout_s, 10))``).
-
-    Wrapping a :class:`ResilientTransport` again returns it unchanged.
+    ``injector``: failure injection from code; ``None`` reads the environment
+    (:meth:`FailureInjector.from_env`; nothing configured means no injection). The other
+    arguments are :class:`ResilientTransport`'s. Wrapping a :class:`ResilientTransport`
+    again returns it unchanged.
     """
     if isinstance(transport, ResilientTransport):
         return transport

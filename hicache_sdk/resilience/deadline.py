@@ -17,22 +17,14 @@ Edge cases:
   calls run on the same warm thread. Native clients may keep per-thread state, and a
   thread that just ran is in the CPU's caches (``docs/resilience.md``, Workers);
 * the worker is woken on the caller's CPU (Linux; ``follow_caller_cpu``): the caller
-  sleeps while it waits, so the worker takes over its CPU instead of waking another one.
-  On a VM an idle vCPU takes 50-200 us to wake (measured: the hop of a 0.2 ms Mooncake
-  ``batch_is_exist`` cost 60-250 us across CPUs and 10-15 us on one). The caller narrows
-  the idle worker's affinity to its own CPU just before waking it, and the worker gives
-  itself its own mask back (from when it started) before it runs the call: the pin lasts
-  only the hand-off, so a call is never held to one CPU, and a thread that the call
-  starts (a client's connection pool, say) inherits the full mask, not the pin. Two
-  ``sched_setaffinity`` per call, 0.7 us each here. ``HICACHE_FOLLOW_CPU=0`` turns this
-  off at import; an ``OSError`` (a cpuset that changed) turns it off for the runner;
-* the hand-offs give the GIL up before they wake the other thread (:meth:`DeadlineRunner.run`,
-  ``_native.post_wait``): the caller releases the GIL, wakes the worker and sleeps in one
-  native call, and the worker does the same when it hands the result back. Waking a thread
-  while still holding the GIL it needs at once costs two extra context switches on one CPU
-  (measured with a 256-key Mooncake ``batch_is_exist``: 12 switches per call through the
-  runner against 6 inline, the hop 40-45 us; with the native hand-off 7.5 switches and
-  0-14 us). Without the native module the hand-off is two Python locks (same behaviour);
+  sleeps while it waits, so the worker takes over its CPU instead of waking another one
+  (on a VM an idle vCPU takes 50-200 us to wake). The caller narrows the idle worker's
+  affinity to its own CPU just before waking it, and the worker gives itself its own mask
+  back (from when it started) before it runs the call: the pin lasts only the hand-off, so
+  a call is never held to one CPU, and a thread that the call starts (a client's
+  connection pool, say) inherits the full mask, not the pin. ``HICACHE_FOLLOW_CPU=0``
+  turns this off at import; an ``OSError`` (a cpuset that changed) turns it off for the
+  runner;
 * exceptions raised by the function are captured and returned to the waiter
   (:attr:`Call.error`); an exception in a late call is dropped (the waiter is gone);
 * at interpreter exit (``atexit``, before finalization starts) every live runner gets up
@@ -43,44 +35,31 @@ Edge cases:
   ``SIGABRT`` ("terminate called without an active exception"; measured here with a late
   call in a torch loop: exit status -6 without the drain, 0 with it). A call still
   running after the bound can still do that; nothing short of waiting for it can help.
-
-Two implementations, one behaviour. :class:`PyDeadlineRunner` is the reference, in Python.
-:data:`DeadlineRunner` is the native core (``_native.Runner``, ``hicache_sdk/_native_runner.c``)
-where the native module built on Linux, else the Python one; ``HICACHE_NATIVE_RUNNER=0``
-chooses the Python one at import. The native core does the same steps without Python
-bytecode per call: with a 0.3 ms sleep before each call a no-op call cost 11-15 us through
-the native core and 17-30 us through the Python runner, and around a 256-key Mooncake
-``batch_is_exist`` the hop added 14-17 us against 36-38 us (``scripts/bench_runner.py``,
-``docs/resilience.md``). Its calls are ``_native.Call`` objects with
-the attributes of :class:`Call`. One difference: a signal handler that raises during a
-caller's wait abandons the call before the exception propagates (its ``on_late`` still runs),
-where the Python runner leaves it neither waited for nor abandoned.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import ctypes
 import logging
 import os
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from .._ext import native as _native
-
-__all__ = ["Call", "DeadlineRunner", "PyDeadlineRunner", "drain_all", "exit_drain_s", "native_runner"]
+__all__ = ["Call", "DeadlineRunner", "PyDeadlineRunner", "drain_all", "exit_drain_s"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class _LockBaton:
-    """The pure-Python hand-off signal (``_native.Baton`` when the native module built):
-    a lock held while no post is pending. Every baton here sees at most one pending post."""
+class Baton:
+    """A binary hand-off signal: a lock held while no post is pending. Every baton here
+    sees at most one pending post."""
 
     __slots__ = ("_lock",)
 
@@ -92,26 +71,35 @@ class _LockBaton:
         self._lock.release()
 
     def wait(self, timeout: float) -> bool:
+        """Take the pending post, waiting at most ``timeout`` seconds (``< 0``: no limit)."""
         return self._lock.acquire(True, -1 if timeout < 0 else timeout)
 
 
-def _lock_post_wait(post: _LockBaton, wait: _LockBaton, timeout: float) -> bool:
+def post_wait(post: Baton, wait: Baton, timeout: float) -> bool:
+    """``post.post()``, then ``wait.wait(timeout)``: one side of a hand-off."""
     post.post()
     return wait.wait(timeout)
 
 
-_current_cpu: Callable[[], int] | None = _native.current_cpu if _native is not None else None
-Baton: Callable[[], _LockBaton]
-post_wait: Callable[[_LockBaton, _LockBaton, float], bool]
-if _native is not None and hasattr(_native, "Baton"):  # Linux
-    Baton, post_wait = _native.Baton, _native.post_wait  # type: ignore[assignment]
-else:  # pragma: no cover - not built, or not Linux
-    Baton, post_wait = _LockBaton, _lock_post_wait
+def _sched_getcpu() -> Callable[[], int] | None:
+    """libc's ``sched_getcpu`` (the CPU the calling thread runs on), or ``None``."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sched_getcpu
+    except (OSError, AttributeError):  # pragma: no cover - not glibc/musl
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = []
+    return fn  # type: ignore[no-any-return]
+
+
+_current_cpu: Callable[[], int] | None = _sched_getcpu()
 
 
 def can_follow_cpu() -> bool:
-    """Whether workers can be placed on the caller's CPU here (Linux, native module
-    built, ``HICACHE_FOLLOW_CPU`` not ``0``)."""
+    """Whether workers can be placed on the caller's CPU here (Linux,
+    ``HICACHE_FOLLOW_CPU`` not ``0``)."""
     return (
         _current_cpu is not None
         and hasattr(os, "sched_setaffinity")
@@ -138,7 +126,7 @@ class Call(Generic[T]):
         self._fn = fn
         self._lock = threading.Lock()
         # "done" is posted once, when the call ends; a waiter that got it posts it again for
-        # the next (a C-level hand-off, cheaper than an Event, whose wait builds a Condition).
+        # the next (a lock hand-off, cheaper than an Event, whose wait builds a Condition).
         self._done = Baton()
         self.on_late = on_late
         self.result: T | None = None
@@ -151,9 +139,8 @@ class Call(Generic[T]):
         """Wait for the call to end (regardless of abandonment); True when it has."""
         return self._wait(timeout)
 
-    def _wait(self, timeout: float | None, wake: _LockBaton | None = None) -> bool:
-        """Wait for ``_done``; with ``wake``, post it first in the same native call (the
-        GIL given up before the worker wakes: module docs)."""
+    def _wait(self, timeout: float | None, wake: Baton | None = None) -> bool:
+        """Wait for ``_done``; with ``wake``, post it first."""
         t = -1.0 if timeout is None else max(timeout, 0.0)
         if self._done.wait(t) if wake is None else post_wait(wake, self._done, t):
             self._done.post()  # let every other waiter through too
@@ -177,10 +164,8 @@ class _Worker:
         self.cpu = -1
 
 
-class PyDeadlineRunner:
-    """A bounded pool of daemon threads running :class:`Call` objects (the pure-Python
-    runner: the reference behaviour, and :data:`DeadlineRunner` where the native module did
-    not build; module docs).
+class DeadlineRunner:
+    """A bounded pool of daemon threads running :class:`Call` objects (module docs).
 
     ``max_workers`` bounds the threads (they start lazily). ``on_abandon_change(n)`` is
     called (outside any lock) whenever the number of abandoned, still-running calls changes.
@@ -241,8 +226,7 @@ class PyDeadlineRunner:
     def run(
         self, fn: Callable[[], T], timeout: float, on_late: Callable[[Call[T]], None] | None = None
     ) -> tuple[bool, Call[T]]:
-        """:meth:`submit` and :meth:`wait` in one: ``(in_time, call)``. With an idle worker
-        the caller gives the GIL up, wakes it and sleeps in one native call (module docs)."""
+        """:meth:`submit` and :meth:`wait` in one: ``(in_time, call)``."""
         call: Call[T] = Call(fn, on_late)
         worker = self._assign(call)
         in_time = call._wait(timeout, None if worker is None else worker.wake) or self._abandon(call)
@@ -317,8 +301,7 @@ class PyDeadlineRunner:
         with self._lock:
             self._abandoned += 1
             n = self._abandoned
-        if self._on_abandon_change is not None:
-            self._on_abandon_change(n)
+        self._abandon_changed(n)
         return False
 
     def _worker(self, first: Call[object]) -> None:
@@ -347,7 +330,7 @@ class PyDeadlineRunner:
             # posted by submit()/run() (with a call) or shutdown() (None)
             if late:
                 me.wake.wait(-1.0)
-            else:  # the GIL given up before the waiter wakes (module docs)
+            else:
                 post_wait(item._done, me.wake, -1.0)
             item, me.call = me.call, None
 
@@ -377,9 +360,16 @@ class PyDeadlineRunner:
             with self._lock:
                 self._abandoned -= 1
                 n = self._abandoned
-        if self._on_abandon_change is not None:
-            self._on_abandon_change(n)
+        self._abandon_changed(n)
         return True
+
+    def _abandon_changed(self, n: int) -> None:
+        if self._on_abandon_change is None:
+            return
+        try:
+            self._on_abandon_change(n)
+        except Exception:  # a gauge's failure must not stop the caller or kill a worker
+            log.exception("deadline runner: on_abandon_change hook failed")
 
     def drain(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for every submitted call to end; True if they did."""
@@ -405,40 +395,11 @@ class PyDeadlineRunner:
             w.wake.post()
 
 
-def native_runner() -> bool:
-    """Whether :data:`DeadlineRunner` is the native core (module docs)."""
-    return DeadlineRunner is not PyDeadlineRunner
+#: The former name of :class:`DeadlineRunner` (when a native core existed beside it).
+PyDeadlineRunner = DeadlineRunner
 
 
-if TYPE_CHECKING:  # one interface for the type checker: the reference implementation's
-    DeadlineRunner = PyDeadlineRunner
-elif (
-    _native is not None and hasattr(_native, "Runner") and os.environ.get("HICACHE_NATIVE_RUNNER", "1") != "0"
-):
-
-    class DeadlineRunner(_native.Runner):
-        """A bounded pool of daemon threads running calls under deadlines: the native core
-        (module docs; the behaviour of :class:`PyDeadlineRunner`). ``max_workers`` bounds
-        the threads (they start lazily); ``on_abandon_change(n)`` is called whenever the
-        number of abandoned, still-running calls changes; ``follow_caller_cpu`` (default:
-        :func:`can_follow_cpu`) places a call's worker on the caller's CPU."""
-
-        def __init__(
-            self,
-            max_workers: int,
-            *,
-            name: str = "hicache-io",
-            on_abandon_change: Callable[[int], None] | None = None,
-            follow_caller_cpu: bool | None = None,
-        ) -> None:
-            super().__init__(max_workers, name, on_abandon_change, _follows(follow_caller_cpu))
-            _live.add(self)
-
-else:  # pragma: no cover - not built, not Linux, or HICACHE_NATIVE_RUNNER=0
-    DeadlineRunner = PyDeadlineRunner
-
-
-_live: weakref.WeakSet[PyDeadlineRunner] = weakref.WeakSet()  # every runner not yet collected
+_live: weakref.WeakSet[DeadlineRunner] = weakref.WeakSet()  # every runner not yet collected
 
 
 def drain_all(timeout: float) -> bool:

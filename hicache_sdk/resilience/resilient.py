@@ -1,43 +1,55 @@
-"""``ResilientTransport``: deadlines, staging, circuit breaker, failure injection and
-metrics around any :class:`~hicache_sdk.transport.Transport`.
+"""``ResilientTransport``: the policies of :mod:`.policies` composed around any
+:class:`~hicache_sdk.transport.Transport`, in this one place.
 
-Behaviour, per call:
+A call goes through these steps, outermost first:
 
-1. **Admission.** A closed wrapper, an open breaker (after ``breaker_failures``
-   consecutive failures, or while the abandoned-call budget is exhausted) refuses the call
-   at once: misses / ``False``, error reason ``"closed"`` / ``"breaker_open"``.
-   In the half-open state one call is the probe: ``health()`` when the transport declares
-   the ``health`` capability, otherwise the call itself. Existence has its own breaker
-   (``exists_breaker_state``): a slow or failing existence query never opens the breaker
-   transfers use. The other way round, while the *transfer* breaker is open ``exists``
-   reports every page absent (a hit that cannot be read is a miss), reason
-   ``"breaker_open"``.
-2. **Deadline.** ``exists`` (and ``health``) run under ``exists_timeout_s``; ``read``,
-   ``write`` and ``delete`` under ``transfer_timeout_s``. With a deadline ``> 0`` the call
-   runs on a worker thread and the caller waits at most that long; a call that outlives it
-   returns misses (counters ``deadline_<op>`` and ``abandoned_reads``/``_writes``/...; error ``"deadline"``)
-   and keeps running, *abandoned*, on its worker. With a deadline of ``0`` the call runs
-   inline in the caller's thread: zero-copy, no staging, no extra thread hop -- and no bound
-   beyond the transport's own timeouts (the local file backend's choice for transfers:
-   page-cache copies that cannot hang for long are not worth a staging copy).
-   ``exists`` is asked in chunks of at most :data:`EXISTS_CHUNK` keys on one worker: at
-   the deadline the chunks answered so far stand (a long query yields its answered prefix,
-   not all-or-nothing) and the rest are absent; the worker stops before the next chunk.
-3. **Memory safety**: an abandoned I/O never touches memory someone else may use (staging,
-   quarantine or cancellation; see :mod:`.transfers`).
-4. **Errors** become misses plus ``metrics.error(reason)`` (``TransportError.reason`` or
-   the exception class name). ``ValueError`` (bad arguments) propagates, both from this
-   wrapper's argument checks and from the transport.
-5. **Metrics**: transport-level ops ``t_exists``/``t_read``/``t_write``/``t_delete``
-   (pages and bytes count the objects found/moved), gauges ``breaker_state``,
-   ``exists_breaker_state``, ``abandoned_calls``, ``staging_bytes_in_use``,
-   ``staging_bytes_reserved``.
-6. **Memory registration**: :meth:`register_memory` is forwarded to the transport and
-   remembered; :meth:`close` unregisters every remembered region after running calls have
-   drained and before the transport is closed. Staging buffers are registered when mapped
-   and unregistered when unmapped.
+1. **Deadline.** The call's end is fixed when it starts: ``Deadline.exists_s`` for
+   ``exists`` (and ``health``), ``transfer_s`` for ``read``, ``write`` and ``delete``, and
+   never later than the end of an enclosing :meth:`ResilientTransport.deadline_scope` (the
+   adapter opens one per batch, so that a read's follow-up existence check, or an existence
+   query's deletion of a wrong-sized object, fits in the caller's one deadline). Everything
+   below runs before that end; a step that would start after it does not start (counter
+   ``deadline_<op>``, reason ``deadline``). A deadline of ``0`` runs the call inline in the
+   caller's thread: zero-copy, no staging, no thread hop, bounded only by the transport's own
+   timeouts.
+2. **Admission** (:class:`~.breaker.CircuitBreaker`, built from ``Breaker``). A closed
+   wrapper, or an open breaker (after ``failures`` consecutive failures, or while the
+   abandoned-call budget is exhausted), refuses at once: misses / ``False``, reason
+   ``"closed"`` / ``"breaker_open"``. In the half-open state one call is the probe:
+   ``health()`` when the transport declares the ``health`` capability (under the exists
+   deadline, within the call's own), otherwise the call itself. Existence has a breaker of
+   its own (``exists_breaker_state``): a slow or failing existence query never opens the
+   breaker transfers use. The other way round, while the *transfer* breaker is open
+   ``exists`` reports every page absent (a hit that cannot be read is a miss).
+3. **The call, on a worker** (:class:`~.deadline.DeadlineRunner`): the caller waits until
+   the end; a call that outlives it is *abandoned* (counters ``deadline_<op>``,
+   ``abandoned_<op>s``; a breaker failure) and runs on. At ``max_abandoned`` such calls the
+   transfer breaker is held open until they drain. The failure injector (tests) and
+   :class:`~.retry.Retry` (I/O failures only, never an attempt past the end) run inside.
+4. **Memory safety**: an abandoned transfer never touches memory someone else may use.
+   ``caller_owns_memory=True`` (inside SGLang: the host pool's slots are reused as soon as we
+   return): a transport that declares ``cancellable`` works on the caller's memory and is
+   cancelled at the end (``cancelled_at_deadline``; once ``cancel()`` returns it touches that
+   memory no more); any other goes through SDK-owned staging (``Staging``): a read lands
+   there and is copied out only if it completed in time (``staging_copies_in``), a write is
+   snapshotted there before it starts (``staging_copies_out``), in chunks of at most
+   ``capacity / callers`` bytes, and staging is released only when the I/O ends. No staging
+   left: the remaining objects miss (``staging_exhausted``). ``caller_owns_memory=False``
+   (the SDK owns the pool): the caller's memory goes to the transport and a
+   :class:`~.policies.Quarantine` keeps those slots out of reuse until the I/O ends.
+5. **Errors** become misses: an I/O failure under its reason, any other exception as a bug
+   (``bug:<ExceptionType>``, logged once with its traceback; see
+   :meth:`~hicache_sdk.metrics.backend.Metrics.failure`). ``ValueError`` (bad arguments)
+   propagates, from this wrapper's checks and from the transport.
+6. **Metrics**: ops ``t_exists``/``t_read``/``t_write``/``t_delete`` (pages and bytes count
+   the objects found or moved), gauges ``breaker_state``, ``exists_breaker_state``,
+   ``abandoned_calls``, ``staging_bytes_in_use``, ``staging_bytes_reserved``.
+7. **Memory registration**: :meth:`register_memory` is forwarded and remembered;
+   :meth:`close` unregisters every remembered region once running calls have drained, before
+   the transport is closed. Staging buffers are registered when mapped.
 
-The paths a transfer takes are in :mod:`.transfers`.
+``exists`` asks at most :data:`EXISTS_CHUNK` keys per transport call, one chunk after another
+on one worker: at the end the chunks answered so far stand and the rest are absent.
 """
 
 from __future__ import annotations
@@ -45,40 +57,72 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
+from ..errors import TransportError
+from ..kit.batches import count_is
+from ..kit.cancel import CancelToken
+from ..kit.segments import copy_runs
 from ..metrics.backend import Metrics
-from ..transport import Segments, Transport
+from ..transport import Segments, Transport, is_io_error
 from .breaker import CircuitBreaker
 from .deadline import Call, DeadlineRunner
-from .existence import EXISTS_CHUNK, run_exists
 from .inject import FailureInjector
-from .protocols import (
-    ABANDON_COUNTER,
-    Quarantine,
-    ResilienceConfig,
-    error_reason,
-    segment_sizes,
-)
-from .staging import StagingPool
-from .transfers import run_transfer
+from .policies import Quarantine, Resilience, ResilienceConfig, Staging
+from .staging import StagingBuffer, StagingPool
 
 __all__ = ["EXISTS_CHUNK", "Quarantine", "ResilienceConfig", "ResilientTransport"]
 
 T = TypeVar("T")
 
-# outcome of one guarded call
+#: The most keys one ``exists`` call of the transport is asked at a time.
+EXISTS_CHUNK = 4096
+
+# the outcome of one guarded call
 _OK, _FAILED, _REFUSED, _ABANDONED = "ok", "failed", "refused", "abandoned"
+
+_ABANDON_COUNTER = {
+    "exists": "abandoned_exists",
+    "read": "abandoned_reads",
+    "write": "abandoned_writes",
+    "delete": "abandoned_deletes",
+    "health": "abandoned_health",
+}
+
+
+class _Scope:
+    """:meth:`ResilientTransport.deadline_scope`: sets the thread's end for the block."""
+
+    __slots__ = ("_end", "_local", "_prev")
+
+    def __init__(self, local: threading.local, end: float | None) -> None:
+        self._local, self._end = local, end
+
+    def __enter__(self) -> None:
+        self._prev = getattr(self._local, "end", None)
+        self._local.end = self._end
+
+    def __exit__(self, *exc: object) -> None:
+        self._local.end = self._prev
 
 
 class ResilientTransport(Transport):
-    """Wraps ``inner``; see the module docs. Build it with
-    :func:`hicache_sdk.resilience.wrap_transport`."""
+    """``inner`` with the policies ``policies`` (a :class:`~.policies.Resilience`, or a config
+    with the shared keys, read by :meth:`Resilience.from_config`) around it; see the module
+    docs. :func:`hicache_sdk.resilience.wrap_transport` builds one.
+
+    ``injector``: failure injection (tests); ``clock``: the clock of the breakers and of
+    deadlines (tests inject a fake one); ``start_open``: start with the transfer breaker open;
+    ``probe_at_start``: call ``health()`` once, under the exists deadline, and start open if it
+    fails (default: when the transport declares ``health``); ``caller_owns_memory`` /
+    ``quarantine``: step 4 of the module docs; ``close_timeout_s``: how long :meth:`close`
+    waits for running calls (default ``max(1, min(transfer_s, 10))``)."""
 
     def __init__(
         self,
         inner: Transport,
-        config: ResilienceConfig,
+        policies: Resilience | ResilienceConfig,
         metrics: Metrics,
         *,
         injector: FailureInjector | None = None,
@@ -87,66 +131,59 @@ class ResilientTransport(Transport):
         probe_at_start: bool | None = None,
         caller_owns_memory: bool = True,
         quarantine: Quarantine | None = None,
-        caller_threads: int = 4,
         close_timeout_s: float | None = None,
     ) -> None:
         if not caller_owns_memory and quarantine is None:
             raise ValueError("quarantine: required when caller_owns_memory is False")
+        p = policies if isinstance(policies, Resilience) else Resilience.from_config(policies)
+        #: The policies. Replacing it (``dataclasses.replace``) changes the deadline and the
+        #: retry policy of the calls that start afterwards; the breakers, the worker pool and
+        #: the staging memory are built once, here.
+        self.policies = p
         self._inner = inner
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.max_segments = inner.max_segments  # type: ignore[misc]
         self.failures = inner.failures
-        self._clock = clock
-        self._regions: dict[tuple[int, int], None] = {}
-        self._regions_lock = threading.Lock()
+        self._io_errors = _io_errors_of(inner)
+        self.io_errors = self._io_errors  # type: ignore[misc]
         self._metrics = metrics
-        self._rec_t_exists = metrics.op("t_exists")  # the quiet exists path's recorder
         self._injector = injector
-        self._exists_s = float(config.exists_timeout_s)
-        self._transfer_s = float(config.transfer_timeout_s)
-        self._max_abandoned = int(config.max_abandoned)
+        self._clock = clock
         self._owns = caller_owns_memory
         self._quarantine = quarantine
+        self._local = threading.local()  # the end of this thread's deadline_scope
+        self._regions: dict[tuple[int, int], None] = {}
+        self._regions_lock = threading.Lock()
         self._close_s = (
-            close_timeout_s if close_timeout_s is not None else max(1.0, min(self._transfer_s, 10.0))
+            close_timeout_s if close_timeout_s is not None else max(1.0, min(p.deadline.transfer_s, 10.0))
         )
         self._closed = False
-        self._breaker = CircuitBreaker(
-            int(config.breaker_failures),
-            float(config.breaker_reset_s),
-            clock=clock,
-            on_state=lambda s: metrics.gauge("breaker_state", s),
-        )
-        self._exists_breaker = CircuitBreaker(
-            int(config.breaker_failures),
-            float(config.breaker_reset_s),
-            clock=clock,
-            on_state=lambda s: metrics.gauge("exists_breaker_state", s),
+        self._breaker = p.breaker.create(clock=clock, on_state=partial(metrics.gauge, "breaker_state"))
+        self._exists_breaker = p.breaker.create(
+            clock=clock, on_state=partial(metrics.gauge, "exists_breaker_state")
         )
         metrics.gauge("breaker_state", self._breaker.state)
         metrics.gauge("exists_breaker_state", self._exists_breaker.state)
         metrics.gauge("abandoned_calls", 0)
         self._runner = DeadlineRunner(
-            caller_threads + self._max_abandoned + 1, on_abandon_change=self._on_abandon_change
+            p.staging.callers + p.deadline.max_abandoned + 1, on_abandon_change=self._on_abandon_change
         )
-        self._late_plain = self._late(None)  # the hook of calls with no memory to release
         self._staging = StagingPool(
-            int(config.staging_bytes),
+            p.staging.capacity,
             register=inner.register_memory,
             unregister=inner.unregister_memory,
             on_usage=self._on_staging_usage,
         )
-        self._chunk_bytes = max(int(config.staging_bytes) // max(caller_threads, 1), 1)
         self._probe_health = bool(inner.capabilities.health)
         if start_open:
             self._breaker.trip()
-        else:
-            probe = self._probe_health if probe_at_start is None else probe_at_start
-            if probe and not self._health_probe():
-                metrics.count("breaker_start_open")
-                self._breaker.trip()
+        elif (self._probe_health if probe_at_start is None else probe_at_start) and not self._health_probe(
+            self._end("health")
+        ):
+            metrics.count("breaker_start_open")
+            self._breaker.trip()
 
-    # -- plumbing -----------------------------------------------------------------
+    # -- parts -----------------------------------------------------------------------
 
     @property
     def inner(self) -> Transport:
@@ -175,128 +212,140 @@ class ResilientTransport(Transport):
         """Install (or remove, with ``None``) a failure injector."""
         self._injector = injector
 
-    def _on_abandon_change(self, n: int) -> None:
-        self._metrics.gauge("abandoned_calls", n)
-        held = n > 0 and n >= self._max_abandoned
-        if held != self._breaker.held:
-            if held:
-                self._metrics.count("abandoned_budget_exhausted")
-            self._breaker.set_held(held)
+    def deadline_scope(self, op: str) -> _Scope:
+        """``with rt.deadline_scope("read"):`` -- every call this thread makes through this
+        wrapper inside the block ends by the end of one ``op`` started now (or earlier, when
+        its own deadline or an enclosing scope's ends first): the deadline of a whole batch."""
+        return _Scope(self._local, self._end(op))
 
-    def _on_staging_usage(self, in_use: int, reserved: int) -> None:
-        self._metrics.gauge("staging_bytes_in_use", in_use)
-        self._metrics.gauge("staging_bytes_reserved", reserved)
+    def deadline_passed(self) -> bool:
+        """Whether this thread's :meth:`deadline_scope` has ended: a call made now would not
+        start (a wrapper that wants to ask the store after a failure can defer the question)."""
+        end = getattr(self._local, "end", None)
+        return end is not None and self._clock() >= end
 
-    def _refuse(self, reason: str, n: int = 1) -> None:
-        self._metrics.error(reason, n)
+    # -- step 1: deadlines ---------------------------------------------------------------
 
-    def _health_probe(self, timeout: float | None = None) -> bool:
-        """Call ``health()`` under the exists deadline (or ``timeout``); False on any failure."""
-        limit = self._exists_s if timeout is None else timeout
-        status, result = self._run("health", self._inner.health, limit, None, ok_if=bool)
-        return status == _OK and bool(result)
+    def _end(self, op: str, within: float | None = None) -> float | None:
+        """The end (on the clock) of an ``op`` starting now: its own deadline, cut by
+        ``within`` and by this thread's scope; ``None`` when nothing bounds it."""
+        s = self.policies.deadline.seconds(op)
+        end = None if s <= 0 else self._clock() + s
+        for bound in (within, getattr(self._local, "end", None)):
+            if bound is not None:
+                end = bound if end is None else min(end, bound)
+        return end
 
-    def probe_within(self, op: str, timeout: float) -> float | None:
-        """The half-open probe of an admitted call of ``op`` whose deadline is ``timeout``
-        (``0``: none): ``health()`` under the exists deadline, cut to ``timeout``. Returns
-        the time the call has left after it (``timeout`` unchanged with no deadline), or
-        ``None`` when the probe failed or used the whole deadline (counted as the call's
-        deadline): whatever runs before the call counts against the same deadline."""
-        limit = self._exists_s
-        if timeout > 0 and (limit <= 0 or timeout < limit):
-            limit = timeout
-        t0 = self._clock()
-        if not self._health_probe(limit):
-            return None
-        if timeout <= 0:
-            return timeout
-        left = timeout - (self._clock() - t0)
-        if left <= 0:
-            self._metrics.count(f"deadline_{op}")
-            self._metrics.error("deadline")
-            return None
-        return left
+    def _expired(self, op: str, end: float | None) -> bool:
+        """Whether ``end`` has passed (then counted: the step is not started)."""
+        if end is None or self._clock() < end:
+            return False
+        self._metrics.count(f"deadline_{op}")
+        self._metrics.error("deadline", message=f"{op}: the caller's deadline passed before it started")
+        return True
 
-    def _admit(self, op: str, timeout: float) -> float | None:
-        """Admission of a call of ``op`` under ``timeout`` (``0``: no deadline): ``None``
-        when refused (closed, breaker open, failed probe), else the time it has left
-        (:meth:`probe_within` when it is the half-open probe)."""
+    # -- step 2: admission ---------------------------------------------------------------
+
+    def _admit(self, end: float | None) -> bool:
         if self._closed:
-            self._refuse("closed")
-            return None
+            self._metrics.error("closed")
+            return False
         allowed, probe = self._breaker.allow()
         if not allowed:
             self._metrics.count("breaker_rejected")
-            self._refuse("breaker_open")
-            return None
-        if probe and self._probe_health:
-            left = self.probe_within(op, timeout)
-            if left is None:
-                self._refuse("breaker_open")  # the probe failed: the breaker re-opened
-            return left
-        return timeout
+            self._metrics.error("breaker_open")
+            return False
+        if probe and self._probe_health and not self._health_probe(end):
+            self._metrics.error("breaker_open")  # the probe failed: the breaker re-opened
+            return False
+        return True
 
-    def _run(
+    def _health_probe(self, end: float | None) -> bool:
+        """``health()`` under the exists deadline (within ``end``); False on any failure."""
+        status, result = self._call("health", self._inner.health, self._end("health", end), ok_if=bool)
+        return status == _OK and bool(result)
+
+    # -- step 3: the call ----------------------------------------------------------------
+
+    def _call(
         self,
         op: str,
         fn: Callable[[], T],
-        timeout: float,
-        release: Callable[[], None] | None,
+        end: float | None,
         *,
-        ok_if: Callable[[T], bool] | None = None,
-        on_abandon: Callable[[], None] | None = None,
         breaker: CircuitBreaker | None = None,
+        ok_if: Callable[[T], bool] | None = None,
+        release: Callable[[], None] | None = None,
+        on_abandon: Callable[[], None] | None = None,
     ) -> tuple[str, T | None]:
-        """Run ``fn`` (after the injector) under ``timeout``; report to ``breaker`` (the
-        transfer breaker by default; a result for which ``ok_if`` is false counts as a
-        failure but keeps status ok). ``release`` runs when an abandoned call ends (frees
-        memory its I/O could touch); ``on_abandon`` runs in the caller's thread right after
-        the call is abandoned. Returns ``(status, result)``; ``ValueError`` propagates."""
-        inj = self._injector
+        """Run ``fn`` (with the injector and the retry policy) by ``end``: inline when ``op``
+        has no deadline, else on a worker. Reports to ``breaker`` (the transfer breaker by
+        default): success, or failure for an exception, an abandoned call or a result for
+        which ``ok_if`` is false. ``release`` runs when an abandoned call ends (it frees the
+        memory the call could touch); ``on_abandon`` runs in the caller's thread right after
+        the call is abandoned. Returns ``(status, result)``; ``ValueError`` propagates. A
+        refused call (closed runner, or ``end`` already past) was never started: the caller
+        releases its memory."""
         brk = breaker if breaker is not None else self._breaker
-        job = fn
-        if inj is not None:
-
-            def job() -> T:
-                inj.before(op)
-                return fn()
-
-        if timeout <= 0:
+        if self._expired(op, end):
+            return _REFUSED, None
+        job = self._attempts(op, fn, end)
+        if self.policies.deadline.seconds(op) <= 0:  # inline
             try:
                 result = job()
             except ValueError:
                 raise
             except Exception as e:
-                self._failed(e, brk)
+                self._failed(op, e, brk)
                 return _FAILED, None
             self._judge(result, ok_if, brk)
             return _OK, result
+        assert end is not None
         try:
-            in_time, call = self._runner.run(
-                job, timeout, self._late_plain if release is None else self._late(release)
-            )
+            in_time, call = self._runner.run(job, max(end - self._clock(), 0.0), self._late(release))
         except RuntimeError:  # shut down concurrently
-            self._refuse("closed")
+            self._metrics.error("closed")
             return _REFUSED, None
         if not in_time:
             if on_abandon is not None:
                 on_abandon()
-            self._abandoned(op, brk)
+            self._metrics.count(f"deadline_{op}")
+            self._metrics.count(_ABANDON_COUNTER[op])
+            self._metrics.error("deadline", message=f"{op}: no answer within the deadline")
+            brk.record_failure()
             return _ABANDONED, None
         if call.error is not None:
             if isinstance(call.error, ValueError):
                 raise call.error
-            self._failed(call.error, brk)
+            self._failed(op, call.error, brk)
             return _FAILED, None
         self._judge(call.result, ok_if, brk)  # type: ignore[arg-type]
         return _OK, call.result
 
-    def _abandoned(self, op: str, brk: CircuitBreaker) -> None:
-        """Account for a call of ``op`` that missed its deadline (it runs on, abandoned)."""
-        self._metrics.count(f"deadline_{op}")
-        self._metrics.count(ABANDON_COUNTER[op])
-        self._metrics.error("deadline")
-        brk.record_failure()
+    def _attempts(self, op: str, fn: Callable[[], T], end: float | None) -> Callable[[], T]:
+        """``fn`` behind the failure injector, repeated by the retry policy."""
+        inj, retry = self._injector, self.policies.retry
+        attempt = fn
+        if inj is not None:
+
+            def attempt() -> T:
+                inj.before(op)
+                return fn()
+
+        if retry.retries == 0:
+            return attempt
+
+        def on_retry(e: BaseException) -> None:
+            self._metrics.count("retries")
+            self._metrics.failure(op, e, self._io_errors)
+
+        def retried() -> T:
+            return retry.call(attempt, is_io=self._is_io, until=end, clock=self._clock, on_retry=on_retry)
+
+        return retried
+
+    def _is_io(self, e: BaseException) -> bool:
+        return is_io_error(e, self._io_errors)
 
     @staticmethod
     def _judge(result: T, ok_if: Callable[[T], bool] | None, brk: CircuitBreaker) -> None:
@@ -305,8 +354,8 @@ class ResilientTransport(Transport):
         else:
             brk.record_failure()
 
-    def _failed(self, e: BaseException, brk: CircuitBreaker) -> None:
-        self._metrics.error(error_reason(e))
+    def _failed(self, op: str, e: BaseException, brk: CircuitBreaker) -> None:
+        self._metrics.failure(op, e, self._io_errors)
         brk.record_failure()
 
     def _late(self, release: Callable[[], None] | None) -> Callable[[Call[Any]], None]:
@@ -319,14 +368,89 @@ class ResilientTransport(Transport):
 
         return on_late
 
+    def _on_abandon_change(self, n: int) -> None:
+        self._metrics.gauge("abandoned_calls", n)
+        held = n > 0 and n >= self.policies.deadline.max_abandoned
+        if held != self._breaker.held:
+            if held:
+                self._metrics.count("abandoned_budget_exhausted")
+            self._breaker.set_held(held)
+
+    def _on_staging_usage(self, in_use: int, reserved: int) -> None:
+        self._metrics.gauge("staging_bytes_in_use", in_use)
+        self._metrics.gauge("staging_bytes_reserved", reserved)
+
     def _record(self, op: str, t0: float, pages: int, nbytes: int, ok: bool) -> None:
         self._metrics.record(op, pages=pages, nbytes=nbytes, seconds=time.perf_counter() - t0, ok=ok)
 
-    # -- Transport ------------------------------------------------------------------
+    # -- Transport: existence --------------------------------------------------------------
 
-    #: Sizes / ``None``; all ``None`` when refused or failed, and ``None`` past the answered
-    #: prefix at the exists deadline (see the module docs and :func:`.existence.run_exists`).
-    exists = run_exists
+    def exists(self, keys: Sequence[str]) -> list[int | None]:
+        """Sizes / ``None``; all ``None`` when refused or failed, and ``None`` past the
+        answered chunks at the deadline (module docs)."""
+        n = len(keys)
+        if n == 0:
+            return []
+        t0 = time.perf_counter()
+        end = self._end("exists")
+        if self._closed:
+            self._metrics.error("closed")
+        else:
+            # Transfers down: a hit could not be read, so nothing is reported present. The
+            # query may be the transfer breaker's half-open probe (health() when declared,
+            # else the query itself).
+            allowed, probe = self._breaker.allow()
+            if not allowed or (probe and self._probe_health and not self._health_probe(end)):
+                self._metrics.count("exists_refused_transfers_down")
+                self._metrics.error("breaker_open")
+            elif not self._exists_breaker.allow()[0]:
+                self._metrics.count("breaker_rejected")
+                self._metrics.error("exists_breaker_open")
+            else:
+                out, ok = self._ask_exists(keys, end)
+                if probe and not self._probe_health:
+                    (self._breaker.record_success if ok else self._breaker.record_failure)()
+                self._record("t_exists", t0, n - count_is(out, None), 0, ok)
+                return out
+        self._record("t_exists", t0, 0, 0, False)
+        return [None] * n
+
+    def _ask_exists(self, keys: Sequence[str], end: float | None) -> tuple[list[int | None], bool]:
+        """The transport's answers by ``end`` (exists breaker), :data:`EXISTS_CHUNK` keys per
+        call; ``True`` when every chunk was answered."""
+        n = len(keys)
+        inner = self._inner
+        if n <= EXISTS_CHUNK:  # the usual query: one call, its answers as given (no copies)
+            status, got = self._call(
+                "exists", partial(_answers, inner.exists, keys), end, breaker=self._exists_breaker
+            )
+            return (got, True) if status == _OK and got is not None else ([None] * n, False)
+        parts: list[list[int | None]] = []
+        lock = threading.Lock()
+        stop = [False]
+
+        def job() -> bool:
+            for a in range(0, n, EXISTS_CHUNK):
+                part = _answers(inner.exists, keys[a : a + EXISTS_CHUNK])
+                with lock:
+                    if stop[0]:
+                        return False
+                    parts.append(part)
+            return True
+
+        def on_abandon() -> None:
+            with lock:
+                stop[0] = True
+
+        status, _ = self._call("exists", job, end, breaker=self._exists_breaker, on_abandon=on_abandon)
+        out: list[int | None] = []
+        with lock:
+            stop[0] = True
+            for part in parts:
+                out += part
+        return out + [None] * (n - len(out)), status == _OK
+
+    # -- Transport: transfers ------------------------------------------------------------
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """See :meth:`Transport.read`; misses on refusal, failure, deadline or no staging."""
@@ -341,7 +465,7 @@ class ResilientTransport(Transport):
     def _transfer(self, op: str, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         if len(keys) != len(buffers):
             raise ValueError(f"buffers: expected {len(keys)} entries (one per key), got {len(buffers)}")
-        return self.transfer_sized(op, list(keys), buffers, segment_sizes("buffers", buffers))
+        return self.transfer_sized(op, list(keys), buffers, _segment_sizes("buffers", buffers))
 
     def transfer_sized(
         self, op: str, keys: list[str], buffers: Sequence[Segments], sizes: list[int]
@@ -354,27 +478,129 @@ class ResilientTransport(Transport):
             return []
         t0 = time.perf_counter()
         out = [False] * n
-        left = self._admit(op, self._transfer_s)
-        if left is None:
+        end = self._end(op)
+        if not self._admit(end):
             self._record(f"t_{op}", t0, 0, 0, False)
             return out
-        ok = run_transfer(self, op, keys, buffers, sizes, out, left)
+        if self.policies.deadline.seconds(op) <= 0 or not self._owns:
+            ok = self._direct(op, keys, buffers, out, end)
+        elif self._inner.cancellable:
+            ok = self._cancellable(op, keys, buffers, out, end)
+        else:
+            ok = self._staged(op, keys, buffers, sizes, out, end)
         if all(out):
             self._record(f"t_{op}", t0, n, sum(sizes), ok)
         else:
             self._record(f"t_{op}", t0, sum(out), sum(s for s, o in zip(sizes, out) if o), ok)
         return out
 
+    def _move(
+        self, op: str, keys: list[str], buffers: Sequence[Segments], **kw: Any
+    ) -> Callable[[], list[bool]]:
+        fn = self._inner.read if op == "read" else self._inner.write
+        return partial(_answers, fn, keys, buffers, **kw)
+
+    def _direct(
+        self, op: str, keys: list[str], buffers: Sequence[Segments], out: list[bool], end: float | None
+    ) -> bool:
+        """The caller's memory to the transport: inline, or (the SDK owns the memory) on a
+        worker with the slots quarantined until the I/O ends."""
+        q = self._quarantine if self.policies.deadline.seconds(op) > 0 and not self._owns else None
+        if q is None:
+            status, got = self._call(op, self._move(op, keys, buffers), end)
+        else:
+            q.hold(buffers)
+            try:
+                status, got = self._call(
+                    op, self._move(op, keys, buffers), end, release=partial(q.release, buffers)
+                )
+            except BaseException:
+                q.release(buffers)
+                raise
+            if status != _ABANDONED:
+                q.release(buffers)
+        if status != _OK or got is None:
+            return False
+        out[:] = map(bool, got)
+        return True
+
+    def _cancellable(
+        self, op: str, keys: list[str], buffers: Sequence[Segments], out: list[bool], end: float | None
+    ) -> bool:
+        """The caller's memory to a cancellable transport, cancelled at the end."""
+        token = CancelToken()
+
+        def on_abandon() -> None:
+            token.cancel()  # returns once no guarded touch of caller memory is running
+            self._metrics.count("cancelled_at_deadline")
+
+        status, got = self._call(op, self._move(op, keys, buffers, cancel=token), end, on_abandon=on_abandon)
+        if status != _OK or got is None:
+            return False
+        out[:] = map(bool, got)
+        return True
+
+    def _staged(
+        self,
+        op: str,
+        keys: list[str],
+        buffers: Sequence[Segments],
+        sizes: list[int],
+        out: list[bool],
+        end: float | None,
+    ) -> bool:
+        """Through SDK-owned staging, chunk by chunk, all by ``end`` (module docs, step 4)."""
+        staging = self.policies.staging
+        for a, b in staging.chunks(sizes):
+            if self._expired(op, end):
+                return False
+            offs, need = Staging.slots(sizes[a:b])
+            buf = self._staging.acquire(need)
+            if buf is None:
+                self._metrics.count("staging_exhausted")
+                self._metrics.error("staging_exhausted")
+                return False
+            starts = [buf.address + o for o in offs]
+            staged = [[seg] for seg in zip(starts, sizes[a:b])]
+            try:
+                if op == "write":
+                    copy_runs(Staging.runs(True, starts, buffers[a:b]))
+                    self._metrics.count("staging_copies_out", b - a)
+                status, got = self._call(
+                    op, self._move(op, keys[a:b], staged), end, release=self._releaser(buf)
+                )
+            except BaseException:
+                self._staging.release(buf)
+                raise
+            if status == _ABANDONED:
+                return False  # staging is released by the late hook, when the I/O ends
+            try:
+                if status != _OK or got is None:
+                    return False
+                if op == "read" and any(got):
+                    keep = range(b - a) if all(got) else [i for i, g in enumerate(got) if g]
+                    copy_runs(Staging.runs(False, [starts[i] for i in keep], [buffers[a + i] for i in keep]))
+                    self._metrics.count("staging_copies_in", len(keep))
+                out[a:b] = map(bool, got)
+            finally:
+                self._staging.release(buf)
+        return True
+
+    def _releaser(self, buf: StagingBuffer) -> Callable[[], None]:
+        return lambda: self._staging.release(buf)
+
+    # -- Transport: the rest ---------------------------------------------------------------
+
     def delete(self, keys: Sequence[str]) -> None:
         """Best effort under the transfer deadline; never raises for I/O."""
         if not keys:
             return
-        left = self._admit("delete", self._transfer_s)
-        if left is None:
+        end = self._end("delete")
+        if not self._admit(end):
             return
         keys = list(keys)
         t0 = time.perf_counter()
-        status, _ = self._run("delete", lambda: self._inner.delete(keys), left, None)
+        status, _ = self._call("delete", partial(self._inner.delete, keys), end)
         self._record("t_delete", t0, len(keys) if status == _OK else 0, 0, status == _OK)
 
     def clear(self, prefix: str) -> None:
@@ -385,14 +611,14 @@ class ResilientTransport(Transport):
         except (NotImplementedError, ValueError):
             raise
         except Exception as e:
-            self._metrics.error(error_reason(e))
+            self._metrics.failure("clear", e, self._io_errors)
 
     def health(self) -> bool:
         """The transport's probe under the exists deadline (False on failure/timeout).
         Not refused by an open breaker; its outcome is reported to the breaker."""
         if self._closed:
             return False
-        return self._health_probe()
+        return self._health_probe(self._end("health"))
 
     def register_memory(self, address: int, nbytes: int) -> None:
         """Forward to the transport (once per region) and remember the region, to be
@@ -416,7 +642,7 @@ class ResilientTransport(Transport):
         try:
             self._inner.unregister_memory(address, nbytes)
         except Exception as e:
-            self._metrics.error(error_reason(e))
+            self._metrics.failure("unregister_memory", e, self._io_errors)
 
     def close(self) -> None:
         """Wait up to ``close_timeout_s`` for running calls, unregister the memory
@@ -438,7 +664,42 @@ class ResilientTransport(Transport):
         try:
             call = self._runner.submit(self._inner.close)
             if self._runner.wait(call, max(end - time.monotonic(), 0.05)) and call.error is not None:
-                self._metrics.error(error_reason(call.error))
+                self._metrics.failure("close", call.error, self._io_errors)
         except RuntimeError:
             pass
         self._runner.shutdown()
+
+
+def _io_errors_of(transport: Transport) -> tuple[type[BaseException], ...]:
+    """The ``io_errors`` of ``transport`` and of every transport it wraps (``inner``): a
+    wrapper that does not restate its inner transport's must not turn them into bugs."""
+    out: list[type[BaseException]] = []
+    seen: set[int] = set()
+    t: object = transport
+    while t is not None and id(t) not in seen:
+        seen.add(id(t))
+        out += getattr(t, "io_errors", ())
+        t = getattr(t, "inner", None)
+    return tuple(dict.fromkeys(out))
+
+
+def _answers(fn: Callable[..., list[Any]], keys: Sequence[str], *args: Any, **kw: Any) -> list[Any]:
+    """``fn(keys, *args, **kw)``, which must answer once per key (else the contract error)."""
+    got = fn(keys, *args, **kw)
+    if not isinstance(got, list) or len(got) != len(keys):
+        raise TransportError(
+            f"{getattr(fn, '__name__', 'call')} returned a wrong number of answers", "transport_contract"
+        )
+    return got
+
+
+def _segment_sizes(name: str, buffers: Sequence[Segments]) -> list[int]:
+    out = []
+    for i, segs in enumerate(buffers):
+        total = 0
+        for addr, n in segs:
+            if n < 0 or (n and not addr):
+                raise ValueError(f"{name}[{i}]: bad segment ({addr}, {n})")
+            total += n
+        out.append(total)
+    return out

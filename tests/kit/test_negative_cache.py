@@ -257,3 +257,46 @@ def test_a_cache_of_plain_misses_is_the_bug_it_must_not_be(
     monkeypatch.setattr(NegativeCache, "read", read)
     with pytest.raises(AssertionError):
         test_a_plain_miss_is_never_remembered(stale)
+
+
+class Late(Stale):
+    """A stale store under a caller's deadline: ``deadline_passed()`` as the resilience
+    layer answers it, and ``exists`` not asked (all absent) while it has passed."""
+
+    def __init__(self, store: str) -> None:
+        super().__init__(store)
+        self.passed = False
+
+    def deadline_passed(self) -> bool:
+        return self.passed
+
+    def exists(self, keys: Sequence[str]) -> list[int | None]:
+        if self.passed:
+            return [None] * len(keys)  # the call did not start
+        return super().exists(keys)
+
+
+def test_a_read_that_used_the_whole_deadline_is_settled_at_the_next_exists() -> None:
+    """The read spent the caller's deadline, so the store cannot be asked after it: the
+    failed objects are suspects until an ``exists`` that really asks the store settles them
+    (present: remembered; absent: dropped, as a plain miss)."""
+    name = f"neg-{uuid.uuid4().hex}"
+    t = Late(name)
+    try:
+        c, m = NegativeCache(t, 60.0, clock=Clock()), Metrics()
+        c._metrics = m
+        _put(t, "a", "b")
+        t.stale.update({"a", "b"})
+        t.passed = True
+        assert _read(c, "a", "b", "x") == [False, False, False]
+        assert len(c) == 0 and m.counter("negative_cache_added") == 0
+        assert c.exists(["a", "x"]) == [None, None]  # still past the deadline: nothing settled
+        assert len(c) == 0
+        t.passed = False
+        assert c.exists(["a", "b", "x", "a"]) == [None, None, None, None]  # a and b: present but unreadable
+        assert "a" in c and "b" in c and "x" not in c and len(c) == 2
+        assert m.counter("negative_cache_added") == 2 and m.counter("negative_cache_suppressed") == 3
+        _put(MemoryTransport(name), "x")  # x was a plain miss: dropped, so its later write is seen
+        assert c.exists(["x"]) == [4]
+    finally:
+        drop_store(name)

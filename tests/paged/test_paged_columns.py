@@ -5,10 +5,8 @@ path reads back through the other."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from typing import Any
-from unittest import mock
 
 import pytest
 import torch
@@ -19,7 +17,6 @@ from hicache_sdk.hostpool import MHAHostPool, MLAHostPool
 from hicache_sdk.hostpool.describe import page_segments
 from hicache_sdk.kit.segments import coalesce
 from hicache_sdk.memory import MemoryStorage, drop_store
-from hicache_sdk.paged import columns
 from hicache_sdk.paged.columns import build_columns
 from hicache_sdk.paged.header import TRAILER_SIZE
 from hicache_sdk.spec import HiCacheStorageConfig
@@ -44,22 +41,14 @@ def make(scheme: str, pool_name: str, store: str) -> tuple[MemoryStorage, Any]:
     return s, pool
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["native", "python"])
 @pytest.mark.parametrize("scheme", ["default", "sglang-file", "sglang-mooncake"])
 @pytest.mark.parametrize("pool_name", sorted(POOLS))
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
-def test_columns_equal_the_per_object_path(
-    scheme: str, pool_name: str, native: bool, data: st.DataObject
-) -> None:
-    if native and columns._hotpath is None:
-        pytest.skip("hicache_sdk._hotpath was not compiled")
+def test_columns_equal_the_per_object_path(scheme: str, pool_name: str, data: st.DataObject) -> None:
     store = f"cols-{scheme}-{pool_name}"
     s, pool = make(scheme, pool_name, store)
-    # python: the segment lists come from numpy and comprehensions instead of _hotpath.rows
-    patch = contextlib.nullcontext() if native else mock.patch.object(columns, "_hotpath", None)
     try:
-        patch.__enter__()
         kv = s._kv
         assert kv is not None
         n_slots_pages = pool.size // pool.page_size
@@ -89,7 +78,6 @@ def test_columns_equal_the_per_object_path(
         names_only = build_columns(kv, s.scheme, keys, None)
         assert names_only is not None and names_only.names == cols.names
     finally:
-        patch.__exit__(None, None, None)
         s.close()
         drop_store(store)
 

@@ -40,8 +40,8 @@ def test_transport_errors_become_misses(make_storage: StorageFactory) -> None:
     assert s.metrics.errors()["connection"] >= 7
     s.raw_transport.fail = RuntimeError("bug")  # type: ignore[attr-defined]
     assert s.batch_get_v1(KEYS, slots) == [False] * 3
-    errors = s.metrics.errors()
-    assert errors.get("unexpected", 0) + errors.get("RuntimeError", 0) >= 1
+    assert s.metrics.errors()["bug:RuntimeError"] >= 1
+    assert ("read", "RuntimeError", "bug") in [(b.site, b.error, b.message) for b in s.metrics.bugs()]
     s.raw_transport.fail = None  # type: ignore[attr-defined]
     assert s.batch_exists(KEYS) == 3
 

@@ -1,19 +1,14 @@
-"""Fixtures of the resilience tests: both deadline-runner implementations."""
+"""Fixtures of the resilience tests."""
 
 from __future__ import annotations
 
 import pytest
 
-from hicache_sdk.resilience.deadline import DeadlineRunner, PyDeadlineRunner, native_runner
-
-RUNNERS = [pytest.param(PyDeadlineRunner, id="py-runner")]
-if native_runner():
-    RUNNERS.insert(0, pytest.param(DeadlineRunner, id="native-runner"))
+from hicache_sdk.resilience.deadline import DeadlineRunner
 
 
-@pytest.fixture(params=RUNNERS)
-def runner_cls(request: pytest.FixtureRequest) -> type[PyDeadlineRunner]:
-    """Each deadline-runner implementation: the native core (where it built) and the
-    pure-Python reference; both must behave the same."""
-    cls: type[PyDeadlineRunner] = request.param
+@pytest.fixture(params=[pytest.param(DeadlineRunner, id="py-runner")])
+def runner_cls(request: pytest.FixtureRequest) -> type[DeadlineRunner]:
+    """The deadline runner class (a fixture, so that runner tests keep their ids)."""
+    cls: type[DeadlineRunner] = request.param
     return cls

@@ -17,10 +17,10 @@ from resilience_fakes import Buf, Cfg, FakeClock, MisbehavingTransport
 
 from hicache_sdk.resilience import FailureInjector, Metrics, set_inside_sglang, wrap_transport
 from hicache_sdk.resilience.breaker import CircuitBreaker
-from hicache_sdk.resilience.deadline import PyDeadlineRunner, can_follow_cpu
+from hicache_sdk.resilience.deadline import DeadlineRunner, can_follow_cpu
 from hicache_sdk.resilience.inject import is_inside_sglang
+from hicache_sdk.resilience.policies import Staging
 from hicache_sdk.resilience.staging import MIN_BUFFER, StagingPool
-from hicache_sdk.resilience.transfers import _slots, chunk_bounds
 from hicache_sdk.transport import TransportError
 
 # -- breaker ----------------------------------------------------------------------------
@@ -104,7 +104,7 @@ def test_breaker_matches_reference_model(events: list[str], threshold: int) -> N
 # -- deadline runner ----------------------------------------------------------------------
 
 
-def test_runner_result_error_and_abandon(runner_cls: type[PyDeadlineRunner]) -> None:
+def test_runner_result_error_and_abandon(runner_cls: type[DeadlineRunner]) -> None:
     changes: list[int] = []
     r = runner_cls(2, on_abandon_change=changes.append)
     c = r.submit(lambda: 42)
@@ -126,7 +126,7 @@ def test_runner_result_error_and_abandon(runner_cls: type[PyDeadlineRunner]) -> 
         runner_cls(0)
 
 
-def test_runner_skips_call_abandoned_in_queue(runner_cls: type[PyDeadlineRunner]) -> None:
+def test_runner_skips_call_abandoned_in_queue(runner_cls: type[DeadlineRunner]) -> None:
     r = runner_cls(1)
     gate = threading.Event()
     ran: list[int] = []
@@ -142,7 +142,7 @@ def test_runner_skips_call_abandoned_in_queue(runner_cls: type[PyDeadlineRunner]
     r.shutdown()
 
 
-def test_runner_is_bounded_and_reuses_threads(runner_cls: type[PyDeadlineRunner]) -> None:
+def test_runner_is_bounded_and_reuses_threads(runner_cls: type[DeadlineRunner]) -> None:
     r = runner_cls(3)
     for _ in range(20):
         c = r.submit(lambda: threading.current_thread().name)
@@ -170,7 +170,7 @@ def test_runner_is_bounded_and_reuses_threads(runner_cls: type[PyDeadlineRunner]
 
 @pytest.mark.skipif(
     not can_follow_cpu() or len(os.sched_getaffinity(0)) < 2,
-    reason="needs Linux, the native module and two CPUs",
+    reason="needs Linux and two CPUs",
 )
 def test_runner_wakes_worker_on_callers_cpu_and_runs_the_call_unpinned(
     monkeypatch: pytest.MonkeyPatch,
@@ -194,8 +194,8 @@ def test_runner_wakes_worker_on_callers_cpu_and_runs_the_call_unpinned(
 
     def caller() -> None:  # a thread of its own: pinning it leaves the test's thread alone
         me = threading.get_native_id()
-        r = PyDeadlineRunner(1)
-        off = PyDeadlineRunner(1, follow_caller_cpu=False)
+        r = DeadlineRunner(1)
+        off = DeadlineRunner(1, follow_caller_cpu=False)
         try:
             seen["follows"] = (r.follows_caller_cpu, off.follows_caller_cpu)
             c = r.submit(job)  # spawns the worker (with this thread's full mask)
@@ -231,12 +231,12 @@ def test_runner_wakes_worker_on_callers_cpu_and_runs_the_call_unpinned(
     assert all(e[2] == {a} for e in seen["off"])  # type: ignore[attr-defined]
 
 
-@pytest.mark.skipif(not can_follow_cpu(), reason="needs Linux and the native module")
+@pytest.mark.skipif(not can_follow_cpu(), reason="needs Linux")
 def test_runner_stops_following_when_affinity_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(pid: int, mask: Iterable[int]) -> None:
         raise OSError(22, "Invalid argument")  # a cpuset that no longer holds the CPU
 
-    r = PyDeadlineRunner(1)
+    r = DeadlineRunner(1)
     assert r.wait(r.submit(lambda: 1), 5)  # the worker exists and is idle
     monkeypatch.setattr(os, "sched_setaffinity", refuse)
     for i in range(3):  # every call still runs; the first refusal turns following off
@@ -327,7 +327,7 @@ def test_staging_never_exceeds_capacity(ops: list[tuple[bool, int]]) -> None:
 
 @given(st.lists(st.integers(0, 5000), min_size=1, max_size=40), st.integers(1, 8000))
 def test_chunks_partition_and_respect_limit(sizes: list[int], limit: int) -> None:
-    chunks = chunk_bounds(sizes, limit)
+    chunks = Staging(capacity=limit, callers=1).chunks(sizes)
     assert chunks[0][0] == 0 and chunks[-1][1] == len(sizes)
     assert all(a < b for a, b in chunks)
     assert all(x[1] == y[0] for x, y in itertools.pairwise(chunks))
@@ -345,7 +345,7 @@ def test_staging_slots_are_aligned_disjoint_and_packed(sizes: list[int]) -> None
     """Each object's staging slot starts 4 KiB-aligned (64 B below 4 KiB), slots follow one
     another without overlap or gap beyond that alignment, also on the one-size fast path
     and for empty objects."""
-    offs, need = _slots(sizes)
+    offs, need = Staging.slots(sizes)
     assert len(offs) == len(sizes) and offs[0] == 0
     pos = 0
     for off, n in zip(offs, sizes):

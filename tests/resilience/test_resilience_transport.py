@@ -145,7 +145,7 @@ def test_errors_become_misses_with_reasons(inline: bool) -> None:
     assert w.read(["a"], [Buf(8).segs()]) == [False]
     assert w.write(["a"], [Buf(8).segs()]) == [False]
     w.delete(["a"])  # swallowed
-    assert m.errors() == {"connection": 1, "RuntimeError": 1, "OSError": 1, "timeout": 1}
+    assert m.errors() == {"connection": 1, "bug:RuntimeError": 1, "OSError": 1, "timeout": 1}
     assert m.snapshot()["ops"]["t_read"]["failures"] == 1
     assert w.staging.in_use == 0
     w.close()
@@ -612,4 +612,38 @@ def test_staged_chunks_never_start_after_the_deadline_on_the_injected_clock() ->
     assert bufs[0].bytes() == b"a" * page
     assert bufs[1].bytes() == bytes(page) and bufs[2].bytes() == bytes(page)
     assert m.counter("deadline_read") == 1
+    w.close()
+
+
+def test_a_half_open_probe_counts_against_the_calls_deadline() -> None:
+    """The breaker's health probe runs within the deadline of the call it admits: a slow
+    probe that succeeds leaves the transfer only what remains."""
+    t = HealthTransport()
+    t.delay["health"] = 0.15
+    gate = threading.Event()
+    t.gate["read"] = gate
+    w, m = make(t, Cfg(exists_timeout_s=0.2, transfer_timeout_s=0.3, breaker_reset_s=0), start_open=True)
+    t0 = time.monotonic()
+    assert w.read(["a"], [Buf(8).segs()]) == [False]
+    took = time.monotonic() - t0
+    assert t.n("health") == 1 and t.n("read") == 1  # the probe passed, the read ran and was abandoned
+    assert 0.28 <= took < 0.3 + 0.1, took  # not 0.15 + 0.3: the probe took from the read
+    assert m.counter("deadline_read") == 1
+    gate.set()
+    w.close()
+
+
+def test_a_deadline_scope_bounds_every_call_inside_it() -> None:
+    t = MisbehavingTransport()
+    t.delay["read"] = 0.5
+    w, m = make(t, Cfg(exists_timeout_s=0.2, transfer_timeout_s=1.0, breaker_failures=10))
+    t0 = time.monotonic()
+    with w.deadline_scope("exists"), w.deadline_scope("read"):  # an inner scope never extends
+        assert w.read(["a"], [Buf(8).segs()]) == [False]  # abandoned at 0.2 s, not at 1 s
+        assert time.monotonic() - t0 < 0.2 + SLACK / 3
+        t.delay["read"] = 0
+        assert w.read(["a"], [Buf(8).segs()]) == [False]  # the caller's deadline passed: not started
+    assert t.n("read") == 1 and m.counter("deadline_read") == 2
+    t.store["a"] = b"x" * 8
+    assert w.read(["a"], [Buf(8).segs()]) == [True]  # outside the scope: its own deadline again
     w.close()

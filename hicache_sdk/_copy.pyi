@@ -1,0 +1,3 @@
+from collections.abc import Sequence
+
+def copy_runs(runs: Sequence[tuple[int, int, int]]) -> int: ...
