@@ -141,10 +141,17 @@ def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: in
     resilient = st.transport
     theirs = sglang_store(extra, pool) if args.sglang else None
 
+    base = resilient.policies  # type: ignore[attr-defined]
+
+    def with_deadline(**kw: float) -> Any:
+        return dataclasses.replace(base, deadline=dataclasses.replace(base.deadline, **kw))
+
+    staged_p, direct_p = with_deadline(transfer_s=5.0), with_deadline(transfer_s=0.0)
+
     def mode(m: str, fn: Callable[[], object]) -> Callable[[], object]:
         # the same backend object, staged (deadline 5 s) or direct (transfer_timeout_s 0)
         def f() -> object:
-            resilient._transfer_s = 5.0 if m == "staged" else 0.0  # type: ignore[attr-defined]
+            resilient.policies = staged_p if m == "staged" else direct_p  # type: ignore[attr-defined]
             return fn()
 
         return f
@@ -186,22 +193,29 @@ def run(args: argparse.Namespace, cluster: MooncakeCluster, page_kib: int, n: in
     h.add("memcpy", memcpy, nbytes=total)
     get_res = h.run(repeats=r, warmup=1)
 
-    exists_s = resilient._exists_s  # type: ignore[attr-defined]
+    resilient.policies = base  # type: ignore[attr-defined]
+    inline_p = with_deadline(exists_s=0.0)
 
     def ours_exists_inline() -> object:  # the same backend object with exists_timeout_s 0
-        resilient._exists_s = 0.0  # type: ignore[attr-defined]
+        resilient.policies = inline_p  # type: ignore[attr-defined]
         try:
             return st.batch_exists(keys)
         finally:
-            resilient._exists_s = exists_s  # type: ignore[attr-defined]
+            resilient.policies = base  # type: ignore[attr-defined]
 
-    plan = st._kv_exists  # type: ignore[attr-defined]
-    assert plan is not None and sorted(plan.names(keys)) == sorted(okeys)
+    names = [spec.name for k in keys for spec in st.scheme.page_objects(k, st._kv.layout)]  # type: ignore[attr-defined]
+    assert sorted(names) == sorted(okeys), "object names differ from SGLang's"
 
     h = Harness("mooncake-exists", params)
     h.add("raw", lambda: raw.batch_is_exist(okeys))
-    # the names from the page hashes (our one C call), then the raw call: no layers at all
-    h.add("names+raw", lambda: raw.batch_is_exist(plan.names(keys)))
+    # the names from the page hashes, then the raw call: no layers at all
+    layout = st._kv.layout  # type: ignore[attr-defined]
+
+    def names_then_raw() -> object:
+        cols = st.scheme.page_columns(keys, layout) or []
+        return raw.batch_is_exist([n for names, _ in cols for n in names])
+
+    h.add("names+raw", names_then_raw)
     h.add("transport", lambda: st.raw_transport.exists(okeys))
     h.add("resilient", lambda: resilient.exists(okeys))
     h.add("ours", lambda: st.batch_exists(keys))
