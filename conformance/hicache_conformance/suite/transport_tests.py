@@ -205,6 +205,9 @@ class TransportTests(SuiteBase):
         big = 1 << 20
         keys = tkeys("partial", 6)
         datas = {k: P.pattern(k, big) for k in keys}
+        (probe,) = tkeys("partial-probe")
+        assert self._put(transport, probe, P.pattern(probe, big)), "a 1 MiB write reported False"
+        self._read_back(transport, probe, P.pattern(probe, big), "a 1 MiB object, with no writer racing")
         bad: list[str] = []
         done = threading.Event()
         started = threading.Barrier(3)
