@@ -19,13 +19,21 @@ A backend's own tests subclass :class:`hicache_conformance.BackendSuite` and set
 * ``child_backend_ref()``: how a child process rebuilds the backend class (default: the
   ``backend`` string, or ``"module:Class"`` when that imports the same class; ``None``
   skips the two-process test).
+
+What SGLang does with the backend (:mod:`hicache_conformance.sglang_path`): ``route``
+(``Route("dynamic")`` by default; a built-in name such as ``Route("mooncake")`` for SGLang's
+own backends) decides the I/O paths certified (``io_path``: ``generic`` always for
+``dynamic``, ``v1`` too when implemented) and the host layouts of the pool matrix. Reads
+and writes that stand for SGLang's go through :class:`~hicache_conformance.sglang_path.Controller`
+(SGLang's own controller functions when SGLang is installed).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -37,6 +45,7 @@ from hicache_sdk.spec import HiCacheStorage, HiCacheStorageConfig, PoolName
 from . import pools as P
 from .capabilities import (
     PROFILES,
+    apply_capability_overrides,
     default_profile,
     infer_capabilities,
     missing_capabilities,
@@ -45,9 +54,11 @@ from .capabilities import (
     test_requires,
     validate_waivers,
 )
+from .explain import describe_pages, is_initial_fill, short_key
 from .factory import NAMESPACE_PREFIX, BackendFactory, resolve_backend_class
 from .matrix import PoolCase, pool_cases
 from .raw import RawObjects, default_raw_objects, is_memory_backend
+from .sglang_path import Controller, Route
 from .watchdog import Watchdog, settle
 
 __all__ = ["SuiteBase", "BackendFactory", "Attached", "NAMESPACE_PREFIX", "resolve_backend_class"]
@@ -70,6 +81,14 @@ class SuiteBase:
     config: ClassVar[Mapping[str, Any]] = {}
     #: Override the backend class's declared capabilities (``None``: use the class's).
     declared_capabilities: ClassVar[Capabilities | None] = None
+    #: Capabilities declared on top of those (``hicache check --capabilities mla,persistent``):
+    #: a name sets it, ``-name`` / ``no-name`` clears it.
+    extra_capabilities: ClassVar[tuple[str, ...]] = ()
+    #: How SGLang loads the backend (``dynamic``, or a built-in name) and its I/O backend:
+    #: decides the I/O paths and host layouts certified.
+    route: ClassVar[Route] = Route()
+    #: Whose host pools: ``"auto"`` (SGLang's when installed), ``"sglang"`` or ``"sdk"``.
+    host_pools: ClassVar[str] = "auto"
     #: ``"contract"`` (what SGLang requires), ``"strict"`` (plus the SDK's own promises) or
     #: ``None``: strict for a ``PagedStorage`` backend, contract for any other.
     profile: ClassVar[str | None] = None
@@ -97,13 +116,48 @@ class SuiteBase:
 
     # -- collection-time parametrisation ---------------------------------------------
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        paths = self.io_paths()
+        cases = self.pool_cases()
+        if "pool_case" in metafunc.fixturenames and "io_path" in metafunc.fixturenames:
+            # the whole matrix on the first path; the others on one MHA and one MLA case
+            # (their layouts are the path-independent part: no need to cover them twice)
+            few = _one_per_kind(cases)
+            pairs = [(c, paths[0]) for c in cases] + [(c, p) for p in paths[1:] for c in few]
+            metafunc.parametrize(("pool_case", "io_path"), pairs, ids=[f"{p}-{c.id}" for c, p in pairs])
+            return
         if "pool_case" in metafunc.fixturenames:
-            cases = pool_cases(self.matrix)
-            if not self.capabilities_of().mla:
-                cases = [c for c in cases if c.kind != "mla"] or cases
-            if self.key_scheme() == "sglang-mooncake":  # Mooncake refuses MHA layer_first
-                cases = [c for c in cases if c.kind == "mla" or c.layout != "layer_first"] or cases
             metafunc.parametrize("pool_case", cases, ids=[c.id for c in cases])
+        if "io_path" in metafunc.fixturenames:
+            metafunc.parametrize("io_path", paths, ids=list(paths))
+
+    @classmethod
+    def pool_cases(cls) -> list[PoolCase]:
+        """The host-pool cases of ``matrix`` that SGLang can hand this backend: MLA only
+        when it declares ``mla``; the layouts of ``route`` (under the ``sglang-mooncake`` key
+        scheme, Mooncake's page-first rewrite)."""
+        cases = pool_cases(cls.matrix)
+        if not cls.capabilities_of().mla:
+            cases = [c for c in cases if c.kind != "mla"] or cases
+        layouts = cls.route.layouts()
+        kept = [c for c in cases if c.layout in layouts]
+        if not kept:  # a minimal matrix without the route's layouts: move its cases onto them
+            kept = [dataclasses.replace(c, layout=layouts[0]) for c in cases]
+        if cls.key_scheme() == "sglang-mooncake":
+            # the scheme's K/V objects need page-first MHA pages (as SGLang's own Mooncake)
+            kept = [c for c in kept if c.kind == "mla" or c.layout != "layer_first"] or kept
+        return kept
+
+    @classmethod
+    def io_paths(cls) -> tuple[str, ...]:
+        """The I/O paths SGLang takes for this backend (``route``): ``generic``, and ``v1``
+        when the backend implements it (``zero_copy``)."""
+        return cls.route.io_paths(cls.capabilities_of().zero_copy)
+
+    @classmethod
+    def primary_path(cls) -> str:
+        """The path of tests that are not about the path: SGLang's default for the route
+        (the generic path for ``dynamic``: ``interface_v1`` is off by default)."""
+        return cls.io_paths()[0]
 
     # -- backend description -----------------------------------------------------------
     @classmethod
@@ -116,13 +170,14 @@ class SuiteBase:
     def capabilities_of(cls) -> Capabilities:
         """The test class's ``declared_capabilities``, else the backend class's own
         declaration for the test class's ``config`` (see :meth:`capability_notes`), else
-        what the class implements (see :func:`infer_capabilities`)."""
+        what the class implements (see :func:`infer_capabilities`); then
+        ``extra_capabilities`` (the command line) on top."""
         if cls.declared_capabilities is not None:
-            return cls.declared_capabilities
-        for_config = cls._capabilities_for_config()
-        if for_config is not None:
-            return for_config[0]
-        return infer_capabilities(cls.backend_class())[0]
+            caps = cls.declared_capabilities
+        else:
+            for_config = cls._capabilities_for_config()
+            caps = for_config[0] if for_config is not None else infer_capabilities(cls.backend_class())[0]
+        return apply_capability_overrides(caps, cls.extra_capabilities)
 
     @classmethod
     def capability_notes(cls) -> dict[str, str]:
@@ -150,6 +205,25 @@ class SuiteBase:
         if cls.declared_capabilities is not None:
             return ()
         return infer_capabilities(cls.backend_class())[1]
+
+    @classmethod
+    def capability_sources(cls) -> dict[str, str]:
+        """Where each capability that is on came from: ``"command line"``, ``"test class"``,
+        ``"backend class"`` or ``"inferred"``."""
+        on = {n for n, v in cls.capabilities_of().to_dict().items() if v}
+        cli = {c for c in cls.extra_capabilities if not c.startswith(("-", "no-"))}
+        inferred = set(cls.inferred_capabilities())
+        out = {}
+        for n in sorted(on):
+            if n in cli:
+                out[n] = "command line"
+            elif cls.declared_capabilities is not None:
+                out[n] = "test class"
+            elif n in inferred:
+                out[n] = "inferred"
+            else:
+                out[n] = "backend class"
+        return out
 
     @classmethod
     def active_profile(cls) -> str:
@@ -267,6 +341,10 @@ class SuiteBase:
         if name in waivers:
             request.applymarker(pytest.mark.xfail(strict=True, reason=f"waived: {waivers[name]}"))
         request.node.user_properties.append(("hicache_level", test_level(fn)))
+        path = request.node.callspec.params.get("io_path") if hasattr(request.node, "callspec") else None
+        if path is not None:
+            request.node.user_properties.append(("hicache_io_path", path))
+        P.set_source(self.host_pools)
         with Watchdog(self.test_timeout_s, label=name):
             yield
         still = settle(self.settle_s)
@@ -307,14 +385,86 @@ class SuiteBase:
             on_registered()
         return att
 
-    def write(
-        self, att: Attached, keys: list[str], first_page: int, seeds: list[str] | None = None
-    ) -> tuple[list[bool], list[bytes]]:
-        """Fill pages ``first_page..`` with data from ``seeds`` (default: the keys) and
-        store them under ``keys`` (v1 when ``zero_copy`` is declared, else legacy)."""
+    def controller(self, att: Attached, path: str | None = None) -> Controller:
+        """SGLang's storage controller over ``att`` on ``path`` (default: :meth:`primary_path`)."""
+        return Controller(att.backend, att.kv, path or self.primary_path())
+
+    def store(
+        self,
+        att: Attached,
+        keys: list[str],
+        first_page: int,
+        seeds: list[str] | None = None,
+        path: str | None = None,
+    ) -> list[bytes]:
+        """Fill pages ``first_page..`` (data from ``seeds``, default the keys) and back
+        them up the way SGLang does (batches of at most 128, stop at the first failed
+        batch); fails, naming the call, unless every page was written. Returns the bytes."""
         seeds = keys if seeds is None else seeds
         data = [P.fill_page(att.kv, first_page + i, s) for i, s in enumerate(seeds)]
-        if self.capabilities_of().zero_copy:
+        ctl = self.controller(att, path)
+        done = ctl.backup(keys, first_page)
+        assert done == len(keys), (
+            f"SGLang's backup ({ctl.path} path) wrote {done} of {len(keys)} pages: a write batch was not a "
+            f"success (batch_set must return True, all(batch_set_v1) must be True). Backend calls:\n{ctl.story()}"
+        )
+        return data
+
+    def expect_pages(
+        self,
+        att: Attached,
+        keys: list[str],
+        data: list[bytes],
+        first_page: int,
+        path: str | None = None,
+        *,
+        what: str = "pages written",
+    ) -> None:
+        """Read ``keys`` into pages ``first_page..`` the way SGLang prefetches and fail,
+        saying what happened, unless every page is committed with exactly ``data``."""
+        for i in range(len(keys)):
+            P.zero_page(att.kv, first_page + i)
+        ctl = self.controller(att, path)
+        got_n = ctl.prefetch(keys, first_page)
+        got = [P.page_bytes(att.kv, first_page + i) for i in range(got_n)]
+        if got_n == len(keys) and got == data:
+            return
+        lines = [f"{what}: SGLang's prefetch ({ctl.path} path) committed {got_n} of {len(keys)}"]
+        if got_n < len(keys):
+            exists = att.backend.batch_exists(list(keys))
+            lines[0] += f"; batch_exists reports {exists} of {len(keys)}"
+            if got_n == 0 and exists == 0:
+                lines.append(
+                    f"the backend does not store the bytes it acknowledges: wrote {len(keys)} pages "
+                    f"(every write reported success), read back 0"
+                )
+            else:
+                lines.append(f"first page not committed: page {got_n} ({short_key(keys[got_n])})")
+        if got_n and all(is_initial_fill(g) for g in got) and not any(is_initial_fill(d) for d in data):
+            lines.append(
+                f"the backend does not store the bytes it acknowledges: wrote {len(keys)} pages, the {got_n} "
+                f"read back as hits hold only the destination's initial fill (nothing was copied in)"
+            )
+        diff = describe_pages(keys[:got_n], data[:got_n], got)
+        if diff:
+            lines.append("committed pages whose bytes are wrong:\n" + diff)
+        lines.append(f"backend calls:\n{ctl.story()}")
+        pytest.fail("\n".join(lines), pytrace=False)
+
+    def write(
+        self,
+        att: Attached,
+        keys: list[str],
+        first_page: int,
+        seeds: list[str] | None = None,
+        path: str | None = None,
+    ) -> tuple[list[bool], list[bytes]]:
+        """Fill pages ``first_page..`` with data from ``seeds`` (default: the keys) and
+        store them under ``keys`` in one call on ``path`` (default :meth:`primary_path`):
+        per-key results of ``batch_set_v1``, or ``batch_set``'s one bool for every key."""
+        seeds = keys if seeds is None else seeds
+        data = [P.fill_page(att.kv, first_page + i, s) for i, s in enumerate(seeds)]
+        if (path or self.primary_path()) == "v1":
             ok = att.backend.batch_set_v1(keys, P.host_indices(att.kv, first_page, len(keys)))
             return list(ok), data
         values = [
@@ -323,18 +473,24 @@ class SuiteBase:
         all_ok = att.backend.batch_set(keys, values)
         return [bool(all_ok)] * len(keys), data
 
-    def read(self, att: Attached, keys: list[str], first_page: int) -> list[bytes | None]:
-        """Read ``keys`` into pages ``first_page..`` (sentinel-filled first); the bytes of
-        each hit, ``None`` for each miss."""
+    def read(
+        self, att: Attached, keys: list[str], first_page: int, path: str | None = None
+    ) -> list[bytes | None]:
+        """Read ``keys`` into pages ``first_page..`` (sentinel-filled first) in one call on
+        ``path``; the bytes of each hit, ``None`` for each miss (per key, as reported)."""
         for i in range(len(keys)):
             P.zero_page(att.kv, first_page + i)
-        if self.capabilities_of().zero_copy:
+        if (path or self.primary_path()) == "v1":
             ok = att.backend.batch_get_v1(keys, P.host_indices(att.kv, first_page, len(keys)))
-            assert isinstance(ok, list) and len(ok) == len(keys), f"batch_get_v1 returned {ok!r}"
+            assert isinstance(ok, list) and len(ok) == len(keys), (
+                f"batch_get_v1 of {len(keys)} keys returned {ok!r}"
+            )
             return [P.page_bytes(att.kv, first_page + i) if hit else None for i, hit in enumerate(ok)]
         targets = [att.kv.get_dummy_flat_data_page() for _ in keys]
         got = att.backend.batch_get(keys, targets)
-        assert isinstance(got, list) and len(got) == len(keys), f"batch_get returned {got!r}"
+        assert isinstance(got, list) and len(got) == len(keys), (
+            f"batch_get of {len(keys)} keys returned {got!r}"
+        )
         out: list[bytes | None] = []
         for t in got:
             out.append(None if t is None else P._as_bytes(t))
@@ -343,3 +499,11 @@ class SuiteBase:
     @staticmethod
     def keys(namespace: str, label: str, n: int) -> list[str]:
         return [P.page_key(namespace, f"{label}-{i}") for i in range(n)]
+
+
+def _one_per_kind(cases: Sequence[PoolCase]) -> list[PoolCase]:
+    """The first case of each attention kind."""
+    seen: dict[str, PoolCase] = {}
+    for c in cases:
+        seen.setdefault(c.kind, c)
+    return list(seen.values())

@@ -38,6 +38,8 @@ __all__ = [
     "declares_capabilities",
     "infer_capabilities",
     "default_profile",
+    "parse_capabilities",
+    "apply_capability_overrides",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -172,6 +174,40 @@ def infer_capabilities(cls: type[Any]) -> tuple[Capabilities, tuple[str, ...]]:
     }
     caps = Capabilities(**{n: found.get(n, False) for n in Capabilities.names()})
     return caps, tuple(n for n, v in found.items() if v)
+
+
+def parse_capabilities(spec: str | list[str] | None) -> tuple[str, ...]:
+    """``"mla,persistent"`` or ``["mla", "-delete"]`` -> ``("mla", "persistent", "-delete")``.
+    A name declares the capability; ``-name`` or ``no-name`` takes it away. Raises
+    ``ValueError`` naming ``capabilities`` and the known names for anything unknown."""
+    if not spec:
+        return ()
+    items = [spec] if isinstance(spec, str) else list(spec)
+    known = set(Capabilities.names())
+    out: list[str] = []
+    for item in items:
+        for part in (p.strip() for p in item.split(",")):
+            if not part:
+                continue
+            name = part[1:] if part.startswith("-") else part[3:] if part.startswith("no-") else part
+            if name not in known:
+                raise ValueError(
+                    f"capabilities: unknown capability {name!r}; known: {', '.join(sorted(known))}"
+                )
+            out.append(part)
+    return tuple(out)
+
+
+def apply_capability_overrides(caps: Capabilities, overrides: tuple[str, ...] | list[str]) -> Capabilities:
+    """``caps`` with each of ``overrides`` (see :func:`parse_capabilities`) applied in order."""
+    if not overrides:
+        return caps
+    values = caps.to_dict()
+    for part in parse_capabilities(list(overrides)):
+        off = part.startswith(("-", "no-"))
+        name = part[1:] if part.startswith("-") else part[3:] if part.startswith("no-") else part
+        values[name] = not off
+    return Capabilities(**values)
 
 
 def default_profile(cls: type[Any]) -> str:

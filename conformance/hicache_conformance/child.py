@@ -35,7 +35,8 @@ __all__ = ["ChildJob", "run_child", "digest"]
 @dataclass(frozen=True)
 class ChildJob:
     """What the child does. ``backend``: an entry-point name or ``"module:Class"``;
-    ``zero_copy``: use ``batch_*_v1`` (else the legacy ``batch_get`` / ``batch_set``)."""
+    ``zero_copy``: use ``batch_*_v1`` (else the legacy ``batch_get`` / ``batch_set``);
+    ``pool_source``: whose host pools (``pools.set_source``), as in the parent."""
 
     backend: str
     storage_config: HiCacheStorageConfig
@@ -43,6 +44,7 @@ class ChildJob:
     zero_copy: bool
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
+    pool_source: str = "auto"
 
 
 # Not ``-m hicache_conformance.child``: that would make a second, ``__main__`` copy of
@@ -117,6 +119,7 @@ def _run(job: ChildJob, publish: Callable[[dict[str, Any]], None]) -> None:
     from . import pools as P
     from .base import resolve_backend_class
 
+    P.set_source(job.pool_source)
     backend = resolve_backend_class(job.backend)(job.storage_config, {})
     try:
         kv = P.make_kv_pool(job.case)

@@ -1,5 +1,6 @@
 """``hicache check NAME --config JSON|@file --report r.json [--junitxml x.xml] [--level L]
-[--profile contract|strict]``.
+[--profile contract|strict] [--capabilities mla,persistent] [--sglang-backend NAME]
+[--io-backend kernel|direct] [--pools auto|sglang|sdk]``.
 
 Runs the suite (``pytest.main`` over the plugin's configured suite, isolated from the
 caller's pytest configuration). ``hicache-conformance`` is the same command as a
@@ -60,6 +61,33 @@ def _parser() -> argparse.ArgumentParser:
         help="isolate each test namespace through this extra-config key ({namespace} replaced), "
         "for key schemes without a namespace, e.g. --isolate 'root=/tmp/cc/{namespace}'",
     )
+    p.add_argument(
+        "--capabilities",
+        action="append",
+        default=None,
+        metavar="CAPS",
+        help="declare capabilities the backend class cannot show (comma-separated, e.g. mla,persistent; "
+        "-name takes one away); the report shows declared vs inferred",
+    )
+    p.add_argument(
+        "--sglang-backend",
+        default=None,
+        metavar="NAME",
+        help="how SGLang loads the backend: dynamic (default, anything loaded by class) or a built-in "
+        "name (mooncake, hf3fs, nixl, file, ...); decides the I/O paths and host layouts certified",
+    )
+    p.add_argument(
+        "--io-backend",
+        choices=["kernel", "direct"],
+        default=None,
+        help="SGLang's --hicache-io-backend (decides the host layouts SGLang hands the backend)",
+    )
+    p.add_argument(
+        "--pools",
+        choices=["auto", "sglang", "sdk"],
+        default=None,
+        help="whose host pools: auto (SGLang's own when SGLang is installed), sglang, sdk",
+    )
     p.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression")
     p.add_argument("-q", "--quiet", action="store_true", help="less output")
     return p
@@ -84,6 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as e:
             print(f"hicache check: {e}", file=sys.stderr)
             return 2
+    if args.capabilities:
+        from .capabilities import parse_capabilities
+
+        try:
+            parse_capabilities(args.capabilities)
+        except ValueError as e:
+            print(f"hicache check: {e}", file=sys.stderr)
+            return 2
     refused = _preflight(args.backend, args.config, bool(args.isolate))
     if refused is None:
         refused = _try_construct(args.backend, args.config, args.isolate or [])
@@ -96,7 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     suite_file = Path(__file__).with_name("suite") / "test_configured.py"
     with tempfile.TemporaryDirectory(prefix="hicache-check-") as tmp:
         ini = Path(tmp) / "pytest.ini"
-        ini.write_text("[pytest]\n", encoding="utf-8")
+        # the configured suite is one module of an installed package: nothing to rewrite, and
+        # pytest's warning about already-imported plugins is noise to a user
+        ini.write_text(
+            "[pytest]\nfilterwarnings =\n    ignore::pytest.PytestAssertRewriteWarning\n", encoding="utf-8"
+        )
         pargs = [str(suite_file), "-c", str(ini), "--rootdir", tmp, "-p", "no:cacheprovider", "-rfEs"]
         if not _plugin_autoloaded():
             pargs += ["-p", "hicache_conformance.plugin"]
@@ -115,10 +155,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             pargs += ["--hicache-profile", args.profile]
         for item in args.isolate or []:
             pargs += ["--hicache-isolate", item]
+        for item in args.capabilities or []:
+            pargs += [f"--hicache-capabilities={item}"]
+        if args.sglang_backend:
+            pargs += ["--hicache-sglang-backend", args.sglang_backend]
+        if args.io_backend:
+            pargs += ["--hicache-io-backend", args.io_backend]
+        if args.pools:
+            pargs += ["--hicache-pools", args.pools]
         if args.keyword:
             pargs += ["-k", args.keyword]
         if args.quiet:
             pargs += ["-q"]
+        # hypothesis (and the suite) import before pytest starts: pytest would otherwise
+        # rewrite hypothesis's assertions on every run (seconds without a bytecode cache);
+        # its warning that it cannot is filtered in the ini above
+        import hypothesis.stateful  # noqa: F401
+
+        from . import suite  # noqa: F401
+
         # a previous in-process run may have cached the configured suite module
         sys.modules.pop("hicache_conformance.suite.test_configured", None)
         try:

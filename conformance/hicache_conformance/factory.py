@@ -1,11 +1,18 @@
 """Backend construction for the suite: :class:`BackendFactory` builds every backend of a
 test inside a conformance namespace of its own, proves the namespace empty first (when an
-out-of-band view exists), and closes and clears what it built at teardown."""
+out-of-band view exists), and closes, clears and releases what it built at teardown.
+
+The suite bounds its own footprint: a backend is closed and dropped as soon as its test
+(or its stateful example, :meth:`BackendFactory.release`) ends, including after a
+failure (the plugin clears a failure's traceback frames), so a run never holds more than
+one test's backends.
+"""
 
 from __future__ import annotations
 
 import copy
 import uuid
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -13,7 +20,7 @@ import pytest
 
 from hicache_sdk.spec import HiCacheStorage, HiCacheStorageConfig
 
-__all__ = ["NAMESPACE_PREFIX", "BackendFactory", "resolve_backend_class"]
+__all__ = ["NAMESPACE_PREFIX", "BackendFactory", "resolve_backend_class", "backend_bugs"]
 
 #: Every namespace the suite writes into starts with this.
 NAMESPACE_PREFIX = "hicache-conformance-"
@@ -28,6 +35,33 @@ def resolve_backend_class(backend: Any) -> type[Any]:
     from hicache_sdk.registry import resolve_backend
 
     return resolve_backend(backend)
+
+
+def backend_bugs(backend: Any) -> list[dict[str, str]]:
+    """The programming errors a backend recorded (``backend.metrics.bugs()``: exceptions a
+    transport raised that are not I/O failures), as dicts with ``site``, ``error``,
+    ``message`` and ``traceback``; ``[]`` for a backend without them (any non-SDK backend)."""
+    metrics = getattr(backend, "metrics", None)
+    bugs = getattr(metrics, "bugs", None)
+    if not callable(bugs):
+        return []
+    try:
+        records = list(bugs())
+    except Exception:
+        return []
+    out = []
+    for r in records:
+        out.append({k: str(getattr(r, k, "") or "") for k in ("site", "error", "message", "traceback")})
+    return out
+
+
+def _close(backend: Any) -> None:
+    close = getattr(backend, "close", None)  # SGLang's base class has no close()
+    try:
+        if close is not None:
+            close()
+    except Exception:
+        pass
 
 
 class BackendFactory:
@@ -59,6 +93,9 @@ class BackendFactory:
         #: ``probe(backend, ns)``: objects already in ``ns`` (out-of-band view), or ``None``.
         self._probe = probe
         self._proven: set[str] = set()
+        #: Bugs recorded by backends already released (see :func:`backend_bugs`).
+        self._released_bugs: list[dict[str, str]] = []
+        self._refs: list[weakref.ref[Any]] = []
 
     def new_namespace(self) -> str:
         ns = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:12]}"
@@ -101,6 +138,10 @@ class BackendFactory:
         sc = self.storage_config(namespace=namespace, storage_config=storage_config, **overrides)
         backend = self._build(sc)
         self.created.append(backend)
+        try:
+            self._refs.append(weakref.ref(backend))
+        except TypeError:  # a class with __slots__ and no __weakref__
+            pass
         ns = namespace or self.namespace
         if self._probe is not None and ns not in self._proven:
             held = self._probe(backend, ns)
@@ -114,14 +155,24 @@ class BackendFactory:
             self._proven.add(ns)
         return backend
 
+    def bugs(self) -> list[dict[str, str]]:
+        """Every bug the backends of this test recorded so far (released ones first)."""
+        out = list(self._released_bugs)
+        for b in self.created:
+            out += backend_bugs(b)
+        return out
+
+    def release(self, backend: Any) -> None:
+        """Close ``backend`` now and drop the factory's reference to it (its bugs are kept)."""
+        self._released_bugs += backend_bugs(backend)
+        _close(backend)
+        self.created = [b for b in self.created if b is not backend]
+
     def teardown(self, clear: bool) -> None:
         for b in self.created:
-            close = getattr(b, "close", None)  # SGLang's base class has no close()
-            try:
-                if close is not None:
-                    close()
-            except Exception:
-                pass
+            self._released_bugs += backend_bugs(b)
+            _close(b)
+        self.created = []
         if clear:
             # with an out-of-band view, only namespaces proved empty before use are cleared
             todo = self._proven if self._probe is not None else self.namespaces
@@ -132,8 +183,15 @@ class BackendFactory:
                             model_name="conformance/model", extra_config=self.extra_config(ns)
                         )
                     )
+                except Exception:
+                    continue
+                try:
                     b.clear()
-                    if hasattr(b, "close"):
-                        b.close()
                 except Exception:
                     pass
+                _close(b)
+                del b
+
+    def alive(self) -> int:
+        """How many backends this test built are still referenced somewhere (closed or not)."""
+        return sum(1 for r in self._refs if r() is not None)

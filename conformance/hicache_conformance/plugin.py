@@ -6,21 +6,32 @@ installing the package never changes anyone else's test run. With
 whole suite against that backend, with no test code. ``--hicache-level`` selects levels;
 ``--hicache-report PATH`` writes the JSON report (also for ``BackendSuite`` subclasses
 collected the ordinary way); a per-level table is printed at the end.
+
+A failing test whose backend recorded a bug (an exception a transport raised that is not
+an I/O failure, ``backend.metrics.bugs()``) shows the first one's traceback under the
+failure, in the JSON report (``tests[id].bug``) and in the JUnit XML (property
+``hicache_bug`` and the failure text). After each test the frames of a failure's
+traceback are cleared, so a traceback never keeps that test's backends alive.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
+import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .capabilities import PROFILES, parse_levels, strict_reason, test_level, test_requires
+from .capabilities import PROFILES, parse_capabilities, parse_levels, strict_reason, test_level, test_requires
 from .report import Outcome, build_report, summary_lines
 
 _SUITE_FILE = Path(__file__).with_name("suite") / "test_configured.py"
+#: The configured backend of the innermost running ``--hicache-backend`` session (read
+#: when ``suite/test_configured.py`` is imported).
 _active: dict[str, Any] = {}
 
 
@@ -56,6 +67,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=["full", "pairwise", "minimal"],
         help="host-pool matrix (default: full for memory, pairwise otherwise)",
     )
+    g.addoption(
+        "--hicache-capabilities",
+        action="append",
+        default=None,
+        help="capabilities to declare (comma-separated; -name takes one away), e.g. mla,persistent",
+    )
+    g.addoption(
+        "--hicache-sglang-backend",
+        default=None,
+        help="how SGLang loads the backend: dynamic (default) or a built-in name (mooncake, file, ...); "
+        "decides the I/O paths and host layouts certified",
+    )
+    g.addoption(
+        "--hicache-io-backend",
+        default=None,
+        choices=["kernel", "direct"],
+        help="SGLang's --hicache-io-backend (host layouts SGLang hands the backend); default kernel",
+    )
+    g.addoption(
+        "--hicache-pools",
+        default=None,
+        choices=["auto", "sglang", "sdk"],
+        help="whose host pools: auto (SGLang's when installed), sglang, sdk",
+    )
 
 
 def parse_isolate(items: list[str] | None) -> dict[str, str]:
@@ -80,6 +115,7 @@ def configured_suite() -> type | None:
     if not _active.get("backend"):
         return None
     from .base import resolve_backend_class
+    from .sglang_path import Route
     from .suite import BackendSuite
 
     name = _active["backend"]
@@ -89,6 +125,9 @@ def configured_suite() -> type | None:
         "matrix": _active["matrix"] or ("full" if name == "memory" else "pairwise"),
         "profile": _active.get("profile"),
         "isolate": _active.get("isolate") or {},
+        "extra_capabilities": _active.get("capabilities") or (),
+        "route": Route(_active.get("sglang_backend") or "dynamic", _active.get("io_backend") or "kernel"),
+        "host_pools": _active.get("pools") or "auto",
     }
     hooks_factory = _memory_fault_hooks(resolve_backend_class(name)) if name == "memory" else None
     if hooks_factory is not None:
@@ -131,19 +170,31 @@ def _memory_fault_hooks(cls: type) -> Any:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "hicache_level(n): conformance level of a suite test")
-    backend = config.getoption("--hicache-backend")
     config._hicache_outcomes = {}  # type: ignore[attr-defined]
+    config._hicache_classes = {}  # type: ignore[attr-defined]
+    config._hicache_active = {}  # type: ignore[attr-defined]
+    backend = config.getoption("--hicache-backend")
     if not backend:
         return
     from hicache_sdk.config import parse_config_arg
 
+    try:
+        capabilities = parse_capabilities(config.getoption("--hicache-capabilities"))
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    _active.clear()
     _active.update(
         backend=backend,
         config=parse_config_arg(config.getoption("--hicache-config")),
         matrix=config.getoption("--hicache-matrix"),
         profile=config.getoption("--hicache-profile"),
         isolate=parse_isolate(config.getoption("--hicache-isolate")),
+        capabilities=capabilities,
+        sglang_backend=config.getoption("--hicache-sglang-backend"),
+        io_backend=config.getoption("--hicache-io-backend"),
+        pools=config.getoption("--hicache-pools"),
     )
+    config._hicache_active = dict(_active)  # type: ignore[attr-defined]
     if str(_SUITE_FILE) not in config.args:
         explicit = config.args_source == pytest.Config.ArgsSource.ARGS
         config.args = [*config.args, str(_SUITE_FILE)] if explicit else [str(_SUITE_FILE)]
@@ -169,33 +220,70 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         keep.append(item)
         if info is not None:
-            config._hicache_outcomes[item.nodeid] = Outcome(  # type: ignore[attr-defined]
+            callspec = getattr(item, "callspec", None)
+            params = callspec.params if callspec is not None else {}
+            outcome = Outcome(
                 item.nodeid,
                 item.originalname if isinstance(item, pytest.Function) else item.name,
                 info[0],
                 info[1],
             )
+            outcome.io_path = params.get("io_path")
+            outcome.suite_class = item.cls.__name__  # type: ignore[attr-defined]
+            config._hicache_outcomes[item.nodeid] = outcome  # type: ignore[attr-defined]
+            config._hicache_classes[item.cls.__name__] = item.cls  # type: ignore[attr-defined]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
 
 
+def _bug_text(bug: dict[str, str]) -> str:
+    head = f"{bug.get('error')}: {bug.get('message')} (at {bug.get('site')})"
+    return f"{head}\n{bug.get('traceback', '').rstrip()}"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    """A failed strict-only test says why its rule matters (after pytest's own report)."""
+    """A failed strict-only test says why its rule matters; a failed test whose backend
+    recorded a bug shows the bug's traceback; then the failure's frames are cleared."""
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
+    if _suite_info(item) is None:
+        return
     fn = getattr(item, "function", None)
-    why = strict_reason(fn) if fn is not None and _suite_info(item) is not None else None
+    outcomes = getattr(item.config, "_hicache_outcomes", {})
+    o = outcomes.get(item.nodeid)
+    why = strict_reason(fn) if fn is not None else None
     if why and report.failed and report.when == "call":
         report.sections.append(("hicache strict rule", f"strict-only rule: {why}"))
-        outcomes = getattr(item.config, "_hicache_outcomes", {})
-        if item.nodeid in outcomes:
-            outcomes[item.nodeid].strict_why = why
+        if o is not None:
+            o.strict_why = why
+    factory = (getattr(item, "funcargs", None) or {}).get("backend_factory")
+    if factory is not None and report.when == "call":
+        bugs = factory.bugs()
+        if bugs and o is not None:
+            o.bug = bugs[0]
+        if bugs and report.failed:
+            text = _bug_text(bugs[0])
+            more = f" ({len(bugs) - 1} more)" if len(bugs) > 1 else ""
+            title = f"hicache: the backend recorded a bug{more}, the first one"
+            addsection = getattr(report.longrepr, "addsection", None)
+            if callable(addsection):
+                addsection(title, text)
+            elif isinstance(report.longrepr, str):
+                report.longrepr = f"{report.longrepr}\n\n{title}:\n{text}"
+            else:
+                report.sections.append((title, text))
+            item.user_properties.append(("hicache_bug", text))
+    if call.excinfo is not None and call.excinfo.tb is not None:
+        traceback.clear_frames(call.excinfo.tb)  # locals (backends, pools) go now
+        if getattr(sys, "last_traceback", None) is call.excinfo.tb:
+            sys.last_traceback = None
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    outcomes = getattr(_config_holder.get("config"), "_hicache_outcomes", None)
+    config = _config_holder.get("config")
+    outcomes = getattr(config, "_hicache_outcomes", None)
     if not outcomes or report.nodeid not in outcomes:
         return
     o = outcomes[report.nodeid]
@@ -203,7 +291,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         o.outcome, o.reason = "waived", str(report.wasxfail)
     elif report.failed:
         o.outcome = "failed"
-        o.reason = str(report.longrepr)[-500:] if report.longrepr else ""
+        o.reason = _failure_text(report)
         why = getattr(o, "strict_why", None)
         if why:
             o.reason = f"[strict rule: {why}] {o.reason}"
@@ -213,6 +301,15 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         o.reason = lr[2] if isinstance(lr, tuple) else str(lr)
     elif report.when == "call" and report.passed and o.outcome == "unknown":
         o.outcome = "passed"
+
+
+def _failure_text(report: pytest.TestReport) -> str:
+    """The failure's message (the assertion's text), not only its last lines."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = getattr(crash, "message", None)
+    if message:
+        return str(message)[:4000]
+    return str(report.longrepr)[:4000] if report.longrepr else ""
 
 
 _config_holder: dict[str, Any] = {}
@@ -230,7 +327,33 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _config_holder["config"] = stack.pop()
     if config.getoption("--hicache-backend", None):
         _active.clear()
-        _suite_classes.clear()
+
+
+def peak_rss() -> dict[str, int]:
+    """Peak resident set size (``ru_maxrss``) in bytes of this process and of its
+    (waited-for) children."""
+    scale = 1 if sys.platform == "darwin" else 1024  # Linux reports KiB, macOS bytes
+    return {
+        "runner": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale,
+        "children": int(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * scale,
+    }
+
+
+def _class_info(suite_cls: Any) -> dict[str, Any]:
+    backend = suite_cls.backend_class()
+    caps = suite_cls.capabilities_of()
+    return {
+        "backend": f"{backend.__module__}:{backend.__qualname__}",
+        "profile": suite_cls.active_profile(),
+        "route": suite_cls.route.describe(caps.zero_copy),
+        "capabilities": {
+            "declared": caps.to_dict(),
+            "inferred": list(suite_cls.inferred_capabilities()),
+            "from_command_line": list(suite_cls.extra_capabilities),
+            "sources": suite_cls.capability_sources(),
+        },
+        "host_pools": suite_cls.host_pools,
+    }
 
 
 def _report(config: pytest.Config) -> dict[str, Any] | None:
@@ -238,29 +361,49 @@ def _report(config: pytest.Config) -> dict[str, Any] | None:
     if not outcomes:
         return None
     from . import __version__
+    from . import pools as P
     from .base import resolve_backend_class
+    from .sglang_path import sglang_controller_available
 
+    active: dict[str, Any] = getattr(config, "_hicache_active", {})
     items = list(outcomes.values())
-    name = _active.get("backend") or "(BackendSuite subclass)"
+    ran = {o.suite_class for o in items if o.outcome != "unknown"}
+    classes: dict[str, Any] = {
+        n: c for n, c in getattr(config, "_hicache_classes", {}).items() if n in ran or not ran
+    }
+    infos: dict[str, dict[str, Any]] = {}
+    for n, c in classes.items():
+        try:
+            infos[n] = _class_info(c)
+        except Exception as e:  # an unusable class: say so rather than lose the report
+            infos[n] = {"error": f"{type(e).__name__}: {e}"}
+    name = active.get("backend") or "(BackendSuite subclass)"
     cls: Any = None
     declared: dict[str, bool] = {}
-    inferred: tuple[str, ...] = ()
-    profile = "unknown"
+    inferred: list[str] = []
     waivers: dict[str, str] = {}
-    suite_cfg: dict[str, Any] = dict(_active.get("config") or {})
-    suite_cls = _suite_classes.get("last")
-    if suite_cls is not None:
+    suite_cfg: dict[str, Any] = dict(active.get("config") or {})
+    profiles = sorted({i["profile"] for i in infos.values() if "profile" in i})
+    profile = (
+        profiles[0] if len(profiles) == 1 else ("mixed: " + ", ".join(profiles) if profiles else "unknown")
+    )
+    first = next(iter(classes.values()), None)
+    if first is not None:
+        info = infos[first.__name__]
         try:
-            cls = resolve_backend_class(suite_cls.backend)
-            declared = suite_cls.capabilities_of().to_dict()
-            inferred = suite_cls.inferred_capabilities()
-            profile = suite_cls.active_profile()
+            cls = resolve_backend_class(first.backend)
         except Exception:
-            pass
-        waivers = dict(suite_cls.waivers)
-        suite_cfg = dict(suite_cls.config) or suite_cfg
-        if not _active.get("backend"):
-            name = getattr(cls, "backend_name", None) or (cls.__name__ if cls else name)
+            cls = None
+        if "capabilities" in info:
+            declared = info["capabilities"]["declared"]
+            inferred = info["capabilities"]["inferred"]
+        waivers = dict(first.waivers)
+        suite_cfg = dict(first.config) or suite_cfg
+        if not active.get("backend"):
+            if len(classes) == 1:
+                name = getattr(cls, "backend_name", None) or (cls.__name__ if cls else name)
+            else:
+                name = f"{len(classes)} BackendSuite classes"
     report = build_report(
         suite_version=__version__,
         backend_name=name,
@@ -272,15 +415,27 @@ def _report(config: pytest.Config) -> dict[str, Any] | None:
     )
     report["profile"] = profile
     report["capabilities"]["inferred"] = list(inferred)
+    if first is not None and "capabilities" in infos[first.__name__]:
+        caps = infos[first.__name__]["capabilities"]
+        report["capabilities"]["from_command_line"] = caps["from_command_line"]
+        report["capabilities"]["sources"] = caps["sources"]
+        report["route"] = infos[first.__name__]["route"]
+    report["classes"] = infos
+    ctl_ok, ctl_why = sglang_controller_available()
+    pools = P.source_info()
+    report["sglang"] = {
+        "version": pools["sglang_version"],
+        "host_pools": pools,
+        "controller": "sglang" if ctl_ok else "hicache-conformance",
+        "controller_why": ctl_why,
+    }
+    report["resources"] = {"peak_rss_bytes": peak_rss()}
     return report
-
-
-_suite_classes: dict[str, Any] = {}
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     if _suite_info(item) is not None:
-        _suite_classes["last"] = item.cls  # type: ignore[attr-defined]
+        getattr(item.config, "_hicache_classes", {})[item.cls.__name__] = item.cls  # type: ignore[attr-defined]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -1,9 +1,17 @@
 """Host pools for the suite and helpers to fill and read their pages as bytes.
 
-Pools come from :mod:`hicache_sdk.hostpool` (duck-compatible with SGLang's host pools:
+Whose pools: with SGLang installed (and its pool modules importable), the KV and SWA pools
+are SGLang's own ``MHATokenToKVPoolHost`` / ``MLATokenToKVPoolHost``
+(:mod:`hicache_conformance.sglang_pools`), so a backend is judged on the objects SGLang
+really hands it; otherwise they come from :mod:`hicache_sdk.hostpool` (duck-compatible:
 ``page_size``, ``get_data_page(index, flat=True)``, ``set_from_flat_data_page``,
-``get_dummy_flat_data_page``). The suite addresses page ``i`` of a pool at slot
-``i * page_size``; ``host_indices(pool, first, n)`` gives the int64 slot indices of pages
+``get_dummy_flat_data_page``), with the attributes SGLang's pools have and backends read
+(``target_layer_num``, ``is_stride_page_aligned()``, ``stores_page_envelope``, ``dcp_size``,
+``dcp_rank``, ``logical_size``, ``logical_page_size``). :func:`set_source` picks
+(``"auto"``, ``"sglang"`` or ``"sdk"``); :func:`source_info` says what was used and why.
+
+The suite addresses page ``i`` of a pool at slot ``i * page_size``;
+``host_indices(pool, first, n)`` gives the int64 slot indices of pages
 ``first .. first + n - 1``, in the form SGLang's controller passes them.
 """
 
@@ -16,10 +24,15 @@ from typing import Any
 
 import torch
 
+from . import sglang_pools
 from .matrix import PoolCase
 
 __all__ = [
     "SMALL",
+    "POOL_SOURCES",
+    "set_source",
+    "source_info",
+    "with_sglang_attributes",
     "make_kv_pool",
     "make_sidecar_pool",
     "host_indices",
@@ -46,18 +59,120 @@ class Geometry:
 SMALL = Geometry()
 
 
+#: ``auto``: SGLang's pools when they can be built here, else the SDK's; ``sglang``: SGLang's
+#: or an error naming why not; ``sdk``: always the SDK's.
+POOL_SOURCES: tuple[str, ...] = ("auto", "sglang", "sdk")
+_source = {"want": "auto"}
+
+
+def set_source(source: str) -> None:
+    """Choose whose host pools the suite builds (see :data:`POOL_SOURCES`). Raises
+    ``ValueError`` naming ``source`` for anything else."""
+    if source not in POOL_SOURCES:
+        raise ValueError(f"source must be one of {', '.join(POOL_SOURCES)}, got {source!r}")
+    _source["want"] = source
+
+
+def _use_sglang() -> bool:
+    want = _source["want"]
+    if want == "sdk":
+        return False
+    ok, why = sglang_pools.availability()
+    if want == "sglang" and not ok:
+        raise RuntimeError(f"host pools: SGLang's were asked for, but {why}")
+    return ok
+
+
+def source_info() -> dict[str, Any]:
+    """What the suite builds now: ``{"kv": "sglang" | "hicache_sdk", "swa": ..., "indexer":
+    "hicache_sdk", "sglang_version": str | None, "why": str}``."""
+    use = _use_sglang() if _source["want"] != "sglang" else sglang_pools.availability()[0]
+    _ok, why = sglang_pools.availability()
+    who = "sglang" if use else "hicache_sdk"
+    if _source["want"] == "sdk":
+        why = "the SDK's pools were asked for"
+    return {
+        "kv": who,
+        "swa": who,
+        "indexer": "hicache_sdk",
+        "indexer_why": "SGLang's DSA indexer pool needs a DSA device pool (a GPU model)",
+        "sglang_version": sglang_pools.sglang_version(),
+        "why": why,
+    }
+
+
 def _hostpool_class(name: str, module: str) -> Any:
     try:
-        return getattr(importlib.import_module("hicache_sdk.hostpool"), name)
+        cls = getattr(importlib.import_module("hicache_sdk.hostpool"), name)
     except (ImportError, AttributeError):
-        return getattr(importlib.import_module(f"hicache_sdk.hostpool.{module}"), name)
+        cls = getattr(importlib.import_module(f"hicache_sdk.hostpool.{module}"), name)
+    return with_sglang_attributes(cls)
+
+
+_WITH_ATTRS: dict[type, type] = {}
+
+
+def with_sglang_attributes(cls: type) -> type:
+    """A subclass of an SDK host pool class with the attributes SGLang 0.5.23's
+    ``HostKVCache`` has and storage backends read (``sglang/srt/mem_cache/pool_host/base.py``
+    and ``mha.py`` / ``mla.py``): ``target_layer_num`` (layers without draft layers),
+    ``is_stride_page_aligned(page_size_bytes=4096)`` (per-page strides of a page-first
+    layout are multiples of the OS page, as NIXL's O_DIRECT path checks),
+    ``stores_page_envelope = False``, ``dcp_size = 1``, ``dcp_rank = 0``,
+    ``logical_size`` and ``logical_page_size``. Attributes the class already has are kept."""
+    if cls in _WITH_ATTRS:
+        return _WITH_ATTRS[cls]
+
+    def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+        cls.__init__(self, *args, **kwargs)
+        if not hasattr(self, "target_layer_num") and hasattr(self, "layer_num"):
+            self.target_layer_num = int(self.layer_num)
+        for name, value in (("dcp_size", 1), ("dcp_rank", 0), ("stores_page_envelope", False)):
+            if not hasattr(self, name):
+                setattr(self, name, value)
+
+    def is_stride_page_aligned(self: Any, page_size_bytes: int = 4096) -> bool:
+        if self.layout not in ("page_first", "page_first_direct"):
+            return False
+        page = self.get_dummy_flat_data_page()
+        halves = 2 if hasattr(self, "head_num") else 1  # an MHA page holds a K and a V half
+        stride = page.numel() * page.element_size() // halves
+        base = getattr(self, "kv_buffer", None)
+        aligned_base = not isinstance(base, torch.Tensor) or base.data_ptr() % page_size_bytes == 0
+        return stride % page_size_bytes == 0 and aligned_base
+
+    attrs: dict[str, Any] = {"__init__": _init, "__module__": __name__}
+    if not hasattr(cls, "is_stride_page_aligned"):
+        attrs["is_stride_page_aligned"] = is_stride_page_aligned
+    if not hasattr(cls, "logical_size"):
+        attrs["logical_size"] = property(lambda self: int(self.size) * int(getattr(self, "dcp_size", 1)))
+    if not hasattr(cls, "logical_page_size"):
+        attrs["logical_page_size"] = property(
+            lambda self: int(self.page_size) * int(getattr(self, "dcp_size", 1))
+        )
+    sub = type(cls.__name__, (cls,), attrs)
+    sub.__qualname__ = cls.__qualname__
+    _WITH_ATTRS[cls] = sub
+    return sub
 
 
 def make_kv_pool(case: PoolCase, geometry: Geometry = SMALL, *, layer_num: int | None = None) -> Any:
-    """A KV host pool for ``case`` (MHA or MLA) with room for ``geometry.pages`` pages."""
+    """A KV host pool for ``case`` (MHA or MLA) with room for ``geometry.pages`` pages:
+    SGLang's own when :func:`set_source` allows and it can be built, else the SDK's."""
     dtype = getattr(torch, case.dtype)
     size = geometry.pages * case.page_size
     layers = geometry.layer_num if layer_num is None else layer_num
+    if case.kind not in ("mha", "mla"):
+        raise ValueError(f"case.kind must be 'mha' or 'mla', got {case.kind!r}")
+    if _use_sglang():
+        common = {"layout": case.layout, "dtype": dtype, "page_size": case.page_size, "pages": geometry.pages}
+        if case.kind == "mha":
+            return sglang_pools.mha_pool(
+                **common, layers=layers, heads=geometry.head_num, head_dim=geometry.head_dim
+            )
+        return sglang_pools.mla_pool(
+            **common, layers=layers, kv_lora_rank=geometry.kv_lora_rank, rope_dim=geometry.qk_rope_head_dim
+        )
     if case.kind == "mha":
         cls = _hostpool_class("MHAHostPool", "mha")
         return cls(
@@ -98,6 +213,14 @@ def make_sidecar_pool(name: str, kv_case: PoolCase, geometry: Geometry = SMALL) 
         cls = _hostpool_class("MHAHostPool", "mha")
         return cls(size, kv_case.page_size, 1, 1, 16, dtype=dtype, layout="page_first")
     if name == "swa":
+        if _use_sglang():
+            return sglang_pools.swa_pool(
+                dtype=dtype,
+                page_size=kv_case.page_size,
+                pages=geometry.pages,
+                heads=geometry.head_num,
+                head_dim=geometry.head_dim,
+            )
         try:
             cls = _hostpool_class("SWAHostPool", "swa")
         except (ImportError, AttributeError):

@@ -1,10 +1,12 @@
 """The JSON report and the per-level summary table.
 
 Report fields: ``suite_version``, ``backend`` (name, class, distribution, version),
-``capabilities`` (declared, verified: cap -> "verified" / "failed" / "untested" /
-"not declared"), ``levels`` (level -> passed / skipped / failed / waived counts),
-``waivers`` (test -> reason), ``tests`` (nodeid -> outcome), ``config`` (secrets removed),
-``ok``.
+``profile``, ``capabilities`` (declared, verified: cap -> "verified" / "failed" /
+"untested" / "not declared"; inferred; from_command_line; sources), ``levels`` (level ->
+passed / skipped / failed / waived counts), ``io_paths`` (the same counts per SGLang I/O
+path: ``generic``, ``v1``), ``route``, ``classes``, ``sglang`` (version, whose host pools,
+whose controller), ``resources`` (peak RSS), ``waivers`` (test -> reason), ``tests``
+(nodeid -> outcome, level, io_path, reason, bug), ``config`` (secrets removed), ``ok``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ class Outcome:
     reason: str = ""
     #: Set when a strict-only test failed: why its rule matters.
     strict_why: str | None = None
+    #: The SGLang I/O path the test ran on (``generic`` / ``v1``), if it is path-specific.
+    io_path: str | None = None
+    #: The ``BackendSuite`` class the test belongs to.
+    suite_class: str = ""
+    #: The first bug the backend recorded during the test (site, error, message, traceback).
+    bug: dict[str, str] | None = None
 
 
 @dataclass
@@ -108,6 +116,11 @@ def build_report(
             verified[cap] = "verified"
         else:
             verified[cap] = "untested"
+    paths: dict[str, dict[str, int]] = {}
+    for o in outcomes:
+        if o.io_path:
+            counts = paths.setdefault(o.io_path, {"passed": 0, "skipped": 0, "failed": 0, "waived": 0})
+            counts[o.outcome if o.outcome in counts else "failed"] += 1
     failed = sum(c["failed"] for c in levels.values())
     return {
         "suite_version": suite_version,
@@ -121,11 +134,21 @@ def build_report(
         },
         "capabilities": {"declared": dict(declared), "verified": verified},
         "levels": dict(sorted(levels.items())),
+        "io_paths": dict(sorted(paths.items())),
         "waivers": dict(waivers),
         "config": redact_config(config, backend_cls),
-        "tests": {o.nodeid: {"outcome": o.outcome, "level": o.level, "reason": o.reason} for o in outcomes},
+        "tests": {o.nodeid: _test_entry(o) for o in outcomes},
         "ok": failed == 0,
     }
+
+
+def _test_entry(o: Outcome) -> dict[str, Any]:
+    entry: dict[str, Any] = {"outcome": o.outcome, "level": o.level, "reason": o.reason}
+    if o.io_path:
+        entry["io_path"] = o.io_path
+    if o.bug:
+        entry["bug"] = dict(o.bug)
+    return entry
 
 
 def _param_mentions(nodeid: str, cap: str) -> bool:
@@ -152,9 +175,37 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
                 failed[rule] = failed.get(rule, 0) + 1
         for rule, n in sorted(failed.items()):
             rows.append(f"  FAIL {rule}" + (f" (x{n})" if n > 1 else ""))
+    paths = report.get("io_paths") or {}
+    if paths:
+        rows.append(
+            "SGLang I/O paths: "
+            + "; ".join(f"{p} {c['passed']} passed, {c['failed']} failed" for p, c in paths.items())
+        )
+    bugs = [t["bug"] for t in tests.values() if t.get("bug")]
+    if bugs:
+        b = bugs[0]
+        rows.append(
+            f"backend bugs recorded in {len(bugs)} test(s); first: {b.get('error')}: {b.get('message')}"
+        )
+    sglang = report.get("sglang") or {}
+    pools = sglang.get("host_pools") or {}
+    if pools:
+        rows.append(
+            f"host pools: {pools.get('kv')} ({pools.get('why')}); controller: {sglang.get('controller')}"
+        )
+    rss = (report.get("resources") or {}).get("peak_rss_bytes") or {}
+    if rss:
+        rows.append(
+            f"peak RSS: runner {rss.get('runner', 0) / 2**20:.0f} MiB, children {rss.get('children', 0) / 2**20:.0f} MiB"
+        )
     verdict = "PASS" if report["ok"] else "FAIL"
     extra = f" (profile {report.get('profile', 'unknown')}"
-    inferred = report.get("capabilities", {}).get("inferred") or []
-    extra += f"; inferred capabilities: {', '.join(inferred)})" if inferred else ")"
-    rows.append(f"{report['backend']['name']}: {verdict}{extra}")
+    caps = report.get("capabilities", {})
+    inferred = caps.get("inferred") or []
+    cli = caps.get("from_command_line") or []
+    if inferred:
+        extra += f"; inferred capabilities: {', '.join(inferred)}"
+    if cli:
+        extra += f"; declared on the command line: {', '.join(cli)}"
+    rows.append(f"{report['backend']['name']}: {verdict}{extra})")
     return rows

@@ -143,3 +143,83 @@ def test_check_unconstructible_backend_fails_fast(capsys: Any) -> None:
     assert rc == 6
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot construct the backend: TypeError" in err[0] and "port" in err[0]
+
+
+def test_check_declares_capabilities_from_the_command_line(tmp_path: Path, capsys: Any) -> None:
+    """A backend written straight against SGLang's ABC cannot show ``mla``: declared on the
+    command line, its MLA cases run, and the report shows declared vs inferred."""
+    report = tmp_path / "r.json"
+    rc = main(
+        [
+            "hicache_conformance.broken.filelike:FilePages",
+            "--config",
+            json.dumps({"root": str(tmp_path / "files")}),
+            "--capabilities",
+            "mla,persistent",
+            "--level",
+            "L1",
+            "--matrix",
+            "minimal",
+            "-k",
+            "byte_exact",
+            "--report",
+            str(report),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out[-3000:]
+    data = json.loads(report.read_text())
+    caps = data["capabilities"]
+    assert caps["inferred"] == ["zero_copy", "delete"]
+    assert caps["from_command_line"] == ["mla", "persistent"]
+    assert caps["sources"] == {
+        "delete": "inferred",
+        "mla": "command line",
+        "persistent": "command line",
+        "zero_copy": "inferred",
+    }
+    assert caps["declared"]["mla"] is True and caps["verified"]["mla"] == "verified"
+    ran = [nid for nid in data["tests"] if "test_get_after_set_is_byte_exact" in nid]
+    assert any("-mla-" in nid for nid in ran) and {data["tests"][n]["io_path"] for n in ran} == {
+        "generic",
+        "v1",
+    }
+    assert data["route"]["io_paths"] == ["generic", "v1"]
+    assert "declared on the command line: mla, persistent" in out
+    assert "PytestAssertRewriteWarning" not in out
+
+
+def test_check_rejects_an_unknown_capability(capsys: Any) -> None:
+    assert main(["memory", "--capabilities", "mla,teleport"]) == 2
+    assert "teleport" in capsys.readouterr().err
+
+
+def test_check_follows_the_route_sglang_takes(tmp_path: Path) -> None:
+    """As a built-in zero-copy backend (``--sglang-backend mooncake``), only the v1 path is
+    certified and only page-first layouts (SGLang's rewrite of layer_first)."""
+    report = tmp_path / "r.json"
+    rc = main(
+        [
+            "memory",
+            "--sglang-backend",
+            "mooncake",
+            "--level",
+            "L1",
+            "-k",
+            "byte_exact",
+            "-q",
+            "--report",
+            str(report),
+        ]
+    )
+    assert rc == 0
+    data = json.loads(report.read_text())
+    assert data["route"] == {
+        "storage_backend": "mooncake",
+        "io_backend": "kernel",
+        "io_paths": ["v1"],
+        "layouts": ["page_first", "page_first_direct"],
+    }
+    ran = [nid for nid in data["tests"] if "test_get_after_set_is_byte_exact" in nid]
+    assert ran and all("layer_first" not in nid and "[v1-" in nid for nid in ran)
+    assert set(data["io_paths"]) == {"v1"}

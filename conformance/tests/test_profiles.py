@@ -5,18 +5,15 @@ geometry rule, with that rule's reason in the failure."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 from hicache_conformance import BackendSuite
 from hicache_conformance.capabilities import default_profile, infer_capabilities
+from hicache_conformance.cli import main
 from plain_backend import PlainV1Backend
 
 from hicache_sdk import Capabilities, PagedStorage
-
-HERE = Path(__file__).parent
 
 
 class TestPlainV1BackendContract(BackendSuite):
@@ -51,29 +48,21 @@ def test_default_profile_follows_what_the_backend_is() -> None:
     assert default_profile(PagedStorage) == "strict"
 
 
-def _check(profile: str, tmp_path: Path) -> tuple[int, dict, str]:
+def _check(profile: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict, str]:
+    """``hicache check`` in this process (``plain_backend`` is importable from here)."""
     report = tmp_path / f"{profile}.json"
-    code = (
-        "import sys; from hicache_conformance.cli import main; "
-        f"sys.exit(main(['plain_backend:PlainV1Backend', '--profile', '{profile}', "
-        f"'--level', 'L1', '--matrix', 'minimal', '-q', '--report', r'{report}']))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=HERE,
-        env={**os.environ, "PYTHONPATH": str(HERE)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    return proc.returncode, json.loads(report.read_text()), proc.stdout
+    args = ["plain_backend:PlainV1Backend", "--profile", profile, "--level", "L1", "--matrix", "minimal"]
+    rc = main([*args, "-q", "--report", str(report)])
+    return rc, json.loads(report.read_text()), capsys.readouterr().out
 
 
-def test_contract_passes_strict_fails_with_the_rules_reason(tmp_path: Path) -> None:
-    rc, rep, _ = _check("contract", tmp_path)
+def test_contract_passes_strict_fails_with_the_rules_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, rep, _ = _check("contract", tmp_path, capsys)
     assert rc == 0 and rep["ok"] is True and rep["profile"] == "contract"
     assert rep["capabilities"]["inferred"] == ["zero_copy", "delete"]
-    rc, rep, out = _check("strict", tmp_path)
+    rc, rep, out = _check("strict", tmp_path, capsys)
     assert rc == 1 and rep["profile"] == "strict"
     failed = {k: t for k, t in rep["tests"].items() if t["outcome"] == "failed"}
     assert failed and all("test_default_scheme_isolates" in k for k in failed), sorted(failed)

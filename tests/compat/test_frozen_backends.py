@@ -42,7 +42,9 @@ CASES = [
         50,
         ("persistent", "shared_across_processes", "zero_copy", "hybrid_pools", "mla", "delete"),
     ),
-    ("contract_backend:DictPagesStorage", {}, "contract", 15, ("delete",)),
+    # contract: only what SGLang 0.5.23 does (empty / duplicate batches, single-key calls and
+    # first-write-wins are strict rules since the suite follows SGLang's own call path)
+    ("contract_backend:DictPagesStorage", {}, "contract", 12, ("delete",)),
     (
         "restated_caps_backend:RestatedStorage",
         {"root": "{tmp}/restated"},

@@ -41,6 +41,7 @@ collect_ignore = (
         "test_sglang_file_interop.py",
         "test_sglang_merge.py",
         "test_sglang_conformance.py",
+        "test_sglang_broken_file.py",
         "test_sglang_bridge_layouts.py",
         "test_sglang_mooncake_interop.py",
         "test_sglang_mooncake_layout.py",

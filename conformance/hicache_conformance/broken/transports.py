@@ -17,6 +17,7 @@ __all__ = [
     "DuplicateLastWins",
     "MissRaises",
     "WritePartiallyVisible",
+    "ReadsComeBackShort",
     "BROKEN_TRANSPORTS",
 ]
 
@@ -109,6 +110,30 @@ class WritePartiallyVisible(MemoryTransport):
         return out
 
 
+class ReadsComeBackShort(MemoryTransport):
+    """Every read fills only the first half of each buffer and reports True (a read loop
+    that stops after one short ``recv``)."""
+
+    FAILS: ClassVar[str] = "test_transport_round_trip_is_byte_exact"
+
+    def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        out = []
+        for key, segs in zip(keys, buffers):
+            with self._store.lock:
+                arr = self._store.objects.get(key)
+            total = sum(n for _, n in segs)
+            if arr is None or int(arr.nbytes) != total:
+                out.append(False)
+                continue
+            src, left = int(arr.ctypes.data), total // 2
+            for address, nbytes in segs:
+                n = min(nbytes, left)
+                ctypes.memmove(address, src, n)
+                src, left = src + n, left - n
+            out.append(True)
+        return out
+
+
 def _backend(transport_cls: type[MemoryTransport]) -> type[MemoryStorage]:
     def create_transport(self: Any, config: Any) -> MemoryTransport:
         return transport_cls(store=config.store, capacity_bytes=config.capacity_bytes)
@@ -121,5 +146,12 @@ def _backend(transport_cls: type[MemoryTransport]) -> type[MemoryStorage]:
 #: Backend class (memory backend over the broken transport) -> the test it must fail.
 BROKEN_TRANSPORTS: dict[str, tuple[type[MemoryStorage], str]] = {
     t.__name__: (_backend(t), t.FAILS)
-    for t in (ShortReadIsTrue, WriteReplaces, DuplicateLastWins, MissRaises, WritePartiallyVisible)
+    for t in (
+        ShortReadIsTrue,
+        WriteReplaces,
+        DuplicateLastWins,
+        MissRaises,
+        WritePartiallyVisible,
+        ReadsComeBackShort,
+    )
 }

@@ -31,18 +31,22 @@ class FaultTests(SuiteBase):
         return fault_hooks
 
     def _calls(self, att: Attached, keys: list[str]) -> list[tuple[str, Callable[[], Any], Any]]:
-        """(name, call, acceptable results) while the service is unavailable."""
+        """(name, call, acceptable results) while the service is unavailable: the calls
+        SGLang makes on this backend's I/O paths (``strict`` adds the single-key ``exists``)."""
         b = att.backend
         idx = P.host_indices(att.kv, 0, len(keys))
-        out: list[tuple[str, Callable[[], Any], Any]] = [
-            ("exists", lambda: b.exists(keys[0]), (False,)),
-            ("batch_exists", lambda: b.batch_exists(keys), (0,)),
-            ("get", lambda: b.get(keys[0], att.kv.get_dummy_flat_data_page()), (None,)),
-            ("set", lambda: b.set(keys[0], att.kv.get_data_page(0, flat=True)), (False, True)),
-        ]
-        if self.capabilities_of().zero_copy:
+        paths = self.io_paths()
+        out: list[tuple[str, Callable[[], Any], Any]] = [("batch_exists", lambda: b.batch_exists(keys), (0,))]
+        if "generic" in paths:
+            dummies = [att.kv.get_dummy_flat_data_page() for _ in keys]
+            pages = [att.kv.get_data_page(i * att.kv.page_size, flat=True) for i in range(len(keys))]
+            out.append(("batch_get", lambda: b.batch_get(keys, dummies), ([None] * len(keys), 0, None)))
+            out.append(("batch_set", lambda: b.batch_set(keys, pages), (False, True)))
+        if "v1" in paths:
             out.append(("batch_get_v1", lambda: b.batch_get_v1(keys, idx), ([False] * len(keys),)))
             out.append(("batch_set_v1", lambda: b.batch_set_v1(keys, idx), None))
+        if self.active_profile() == "strict":
+            out.append(("exists", lambda: b.exists(keys[0]), (False,)))
         return out
 
     def _run_all(self, att: Attached, keys: list[str]) -> None:

@@ -39,6 +39,7 @@ from hicache_sdk import SIZE_UNKNOWN
 from .. import pools as P
 from ..base import BackendFactory, SuiteBase
 from ..capabilities import level
+from ..explain import describe_page
 
 __all__ = ["TransportTests"]
 
@@ -99,9 +100,15 @@ class TransportTests(SuiteBase):
 
     @staticmethod
     def _get(t: Any, key: str, nbytes: int, parts: int = 1) -> bytes | None:
-        dst = _buf(nbytes)
+        dst = torch.full((nbytes,), 0x5A, dtype=torch.uint8)  # the sentinel shows a short read
         (ok,) = t.read([key], [_segs(dst, parts)])
         return bytes(dst.numpy()) if ok else None
+
+    def _read_back(self, t: Any, key: str, data: bytes, what: str, parts: int = 1) -> None:
+        """Fail, naming the read, unless ``key`` reads back as ``data``."""
+        got = self._get(t, key, len(data), parts)
+        line = describe_page(f"read of {what}", data, got)
+        assert not line, line
 
     # -- tests -------------------------------------------------------------------------
     @level(1)
@@ -113,10 +120,10 @@ class TransportTests(SuiteBase):
         sizes = transport.exists(keys)
         assert all(s in (_N, SIZE_UNKNOWN) for s in sizes), f"exists sizes {sizes}, want {_N}"
         for k, d in zip(keys, data):
-            assert self._get(transport, k, _N, parts=3) == d, "multi-segment read is not the object"
+            self._read_back(transport, k, d, "an object into 3 segments", parts=3)
         (k2,) = tkeys("rt-seg")
-        assert self._put(transport, k2, data[0], parts=5)
-        assert self._get(transport, k2, _N) == data[0], "multi-segment write did not store the bytes"
+        assert self._put(transport, k2, data[0], parts=5), "a write from 5 segments reported False"
+        self._read_back(transport, k2, data[0], "an object written from 5 segments")
         assert transport.exists([]) == [] and transport.read([], []) == [] and transport.write([], []) == []
 
     @level(1)
@@ -146,15 +153,19 @@ class TransportTests(SuiteBase):
         (k,) = tkeys("foreign")
         data = bytes(range(256)) * (_N // 256)
         assert self._put(transport, k, data)
-        assert self._get(transport, k, _N) == data
+        self._read_back(transport, k, data, "a foreign object")
 
     @level(1)
     def test_transport_write_never_replaces_an_object(self, transport: Any, tkeys: Any) -> None:
         (k,) = tkeys("keep")
         first, second = P.pattern("first", _N), P.pattern("second", _N)
         assert self._put(transport, k, first)
+        self._read_back(transport, k, first, "a new object (before any second write)")
         assert self._put(transport, k, second), "a write of an existing object must report True"
-        assert self._get(transport, k, _N) == first, "a write replaced an existing object"
+        got = self._get(transport, k, _N)
+        assert got != second, "a write replaced an existing object (the second write's bytes are there)"
+        line = describe_page("read after a second write of the same key", first, got)
+        assert not line, line
 
     @level(1)
     def test_transport_duplicate_keys_in_one_batch(self, transport: Any, tkeys: Any) -> None:
@@ -167,7 +178,9 @@ class TransportTests(SuiteBase):
         ok = transport.write([k, k, k], [_segs(t) for t in srcs])
         assert list(ok) == [True, True, True], f"duplicate keys reported {ok}"
         got = self._get(transport, k, _N)
-        assert got in copies, "the object is not one of the copies, whole"
+        assert got in copies, "the object is not one of the copies, whole: " + describe_page(
+            "read of the duplicated key vs the first copy", copies[0], got
+        )
         assert got == copies[0], f"copy {'abc'[copies.index(got)]} won; the first write must win"
         dsts = [_buf(_N), _buf(_N)]
         assert transport.read([k, k], [_segs(d) for d in dsts]) == [True, True]
@@ -177,9 +190,14 @@ class TransportTests(SuiteBase):
     def test_transport_delete_makes_a_miss(self, transport: Any, tkeys: Any) -> None:
         k, other = tkeys("del", 2)
         assert self._put(transport, k, P.pattern(k, _N)) and self._put(transport, other, P.pattern(other, _N))
+        self._read_back(transport, other, P.pattern(other, _N), "another object, before any delete")
         transport.delete([k, k, f"{k}-never-written"])
-        assert transport.exists([k]) == [None] and self._get(transport, k, _N) is None
-        assert self._get(transport, other, _N) == P.pattern(other, _N), "delete removed another object"
+        assert transport.exists([k]) == [None], f"exists after delete reports {transport.exists([k])}"
+        assert self._get(transport, k, _N) is None, "a deleted object still reads as a hit"
+        got = self._get(transport, other, _N)
+        assert got is not None, "delete removed another object"
+        line = describe_page("read of another object after a delete", P.pattern(other, _N), got)
+        assert not line, line
 
     @level(3)
     def test_transport_write_is_never_partially_visible(self, transport: Any, tkeys: Any) -> None:
@@ -187,6 +205,9 @@ class TransportTests(SuiteBase):
         big = 1 << 20
         keys = tkeys("partial", 6)
         datas = {k: P.pattern(k, big) for k in keys}
+        (probe,) = tkeys("partial-probe")
+        assert self._put(transport, probe, P.pattern(probe, big)), "a 1 MiB write reported False"
+        self._read_back(transport, probe, P.pattern(probe, big), "a 1 MiB object, with no writer racing")
         bad: list[str] = []
         done = threading.Event()
         started = threading.Barrier(3)
