@@ -31,6 +31,7 @@ COMMON_SKIPS = {
 }
 N_SGLANG_NAMING = 3
 N_SIZE_UNKNOWN = 4
+MIN_PASSED = 80
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +83,16 @@ def _common_skips(skipped: dict[str, str]) -> dict[str, str]:
     return rest
 
 
+def _counts(totals: dict[str, int]) -> tuple[int, int, int]:
+    """(skipped, failed, waived); the passed count grows with the suite, so it is only
+    bounded below."""
+    assert totals["passed"] >= MIN_PASSED, totals
+    return totals["skipped"], totals["failed"], totals["waived"]
+
+
 def test_separate_holder_process(with_holder: MooncakeCluster) -> None:
     res = _check(with_holder, 0)
-    assert res.totals == {"passed": 70, "skipped": 11, "failed": 0, "waived": 0}, res.totals
+    assert _counts(res.totals) == (11, 0, 0), res.totals
     assert _common_skips(res.outcomes("skipped")) == {}
     passed = res.outcomes("passed")
     for test in ("test_persists_across_reinstantiation", "test_two_processes_share_one_store"):
@@ -94,7 +102,7 @@ def test_separate_holder_process(with_holder: MooncakeCluster) -> None:
 
 def test_client_holds_its_own_segment(master_only: MooncakeCluster) -> None:
     res = _check(master_only, "256mb")
-    assert res.totals == {"passed": 69, "skipped": 12, "failed": 0, "waived": 0}, res.totals
+    assert _counts(res.totals) == (12, 0, 0), res.totals
     rest = _common_skips(res.outcomes("skipped"))
     ((name, reason),) = rest.items()
     assert name.endswith("::test_persists_across_reinstantiation")

@@ -1,0 +1,56 @@
+"""``hicache check redis`` certifies the backend against a real ``redis-server``, standalone
+and a 3-master Cluster, run as docs/backends/redis.md tells a user to: a subprocess, the
+default profile and matrix, the JSON report read (not only the exit code)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from _redis_servers import RedisClusterServers, RedisServer
+from hicache_conformance.run import run_check
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServers]:
+    c = RedisClusterServers()
+    c.start()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _certified(res: Any) -> None:
+    assert res.ok, (res.failures, res.output[-3000:])
+    assert res.summary_line == "redis: PASS (profile strict)"
+    assert res.report["profile"] == "strict"
+    totals = res.totals
+    assert totals["failed"] == 0 and totals["passed"] >= 70, totals
+    skipped = res.outcomes("skipped")
+    # fault injection (3 L4 tests: no hooks from the command line), capacity (Redis's own
+    # maxmemory, not a bound of ours), and the SGLang naming vectors (the default scheme runs)
+    assert len(skipped) == 7, skipped
+    assert all(
+        r.startswith("Skipped: backend does not declare") or "default key scheme" in r
+        for r in skipped.values()
+    ), skipped
+    verified = res.report["capabilities"]["verified"]
+    for cap in ("persistent", "shared_across_processes", "delete", "zero_copy"):
+        assert verified[cap] == "verified", (cap, verified)
+
+
+def test_redis_standalone_certifies_in_its_default_profile(redis_server: RedisServer) -> None:
+    _certified(run_check("redis", {"url": redis_server.url}))
+
+
+def test_redis_cluster_certifies_in_its_default_profile(cluster: RedisClusterServers) -> None:
+    _certified(run_check("redis", {"url": cluster.url, "cluster": True}))
+
+
+def test_a_cluster_node_without_cluster_true_is_refused_in_one_line(cluster: RedisClusterServers) -> None:
+    res = run_check("redis", {"url": cluster.url})
+    assert res.returncode == 2, res.output[-2000:]
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "set cluster: true" in lines[0], res.output
