@@ -1,21 +1,53 @@
 #!/usr/bin/env bash
 # Set up, then run the whole test suite: lint, types, unit/property/backend/conformance tests,
 # and the real-SGLang bridge environment. Tests start the servers they need themselves
-# (on free 127.0.0.1 ports, stopped by PID).
+# (on free 127.0.0.1 ports, stopped by PID), one set per pytest worker.
+#
+#   scripts/test.sh           everything (= CI)
+#   scripts/test.sh --quick   lint, types, the core and file-backend tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+case "${1:-}" in
+    "") ;;
+    --quick) quick=1 ;;
+    *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 scripts/setup.sh
 export CI="${CI:-1}"   # hypothesis "ci" profile: derandomized, bounded examples
+# pytest workers: the tests mostly wait on servers and subprocesses, so one more than the cores.
+workers="${HICACHE_TEST_WORKERS:-$(( $(nproc) + 1 ))}"
+
+tox_pid=""
+if [ "$quick" = 0 ]; then
+    # Build the SGLang environment while the other steps run (it is mostly package installs).
+    tox_log="$(mktemp)"
+    .venv/bin/tox -q -e sglang --notest >"$tox_log" 2>&1 &
+    tox_pid=$!
+    trap '[ -n "$tox_pid" ] && kill "$tox_pid" 2>/dev/null; rm -f "$tox_log"' EXIT
+fi
 
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 echo "== mypy (strict, hicache_sdk)"
 .venv/bin/mypy
-echo "== pytest"
-.venv/bin/python -m pytest -q -p no:cacheprovider \
-    tests backends/file/tests backends/redis/tests backends/s3/tests conformance/tests
-echo "== pytest (mooncake: a real master + holder process on loopback)"
-.venv/bin/python -m pytest -q -p no:cacheprovider backends/mooncake/tests
+
+if [ "$quick" = 1 ]; then
+    echo "== pytest (quick: core and file backend)"
+    exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" tests backends/file/tests
+fi
+
+echo "== pytest (core, file, redis, s3, mooncake, conformance; $workers workers)"
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" \
+    tests backends/file/tests backends/redis/tests backends/s3/tests backends/mooncake/tests \
+    conformance/tests
 echo "== real SGLang 0.5.23 (tox -e sglang)"
-.venv/bin/tox -q -e sglang
+if ! wait "$tox_pid"; then
+    tox_pid=""
+    cat "$tox_log"
+    echo "building the tox sglang environment failed" >&2
+    exit 1
+fi
+tox_pid=""
+.venv/bin/tox -q -e sglang -- -n 2
