@@ -21,11 +21,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..transport import Segments, Transport
+from .wrapping import WrappingTransport
 
 __all__ = ["CachedExistence"]
 
 
-class CachedExistence(Transport):
+class CachedExistence(WrappingTransport):
     """Thread-safe; see the module docs. ``clock`` is injectable for tests."""
 
     def __init__(
@@ -33,20 +34,11 @@ class CachedExistence(Transport):
     ) -> None:
         if ttl_s != -1 and not ttl_s > 0:
             raise ValueError(f"ttl_s must be > 0 or -1 (forever), got {ttl_s!r}")
-        self._inner = inner
+        super().__init__(inner)
         self.ttl_s = float(ttl_s)
         self._clock = clock
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[int, float]] = {}
-        self.capabilities = inner.capabilities  # type: ignore[misc]
-        self.max_segments = inner.max_segments  # type: ignore[misc]
-        self.cancellable = inner.cancellable  # type: ignore[misc]
-        self.io_errors = inner.io_errors  # type: ignore[misc]
-        self.failures = inner.failures
-
-    @property
-    def inner(self) -> Transport:
-        return self._inner
 
     def __len__(self) -> int:
         with self._lock:
@@ -136,16 +128,7 @@ class CachedExistence(Transport):
         self.forget_prefix(prefix)
         self._inner.clear(prefix)
 
-    def health(self) -> bool:
-        return self._inner.health()
-
     def close(self) -> None:
         with self._lock:
             self._entries.clear()
-        self._inner.close()
-
-    def register_memory(self, address: int, nbytes: int) -> None:
-        self._inner.register_memory(address, nbytes)
-
-    def unregister_memory(self, address: int, nbytes: int) -> None:
-        self._inner.unregister_memory(address, nbytes)
+        super().close()

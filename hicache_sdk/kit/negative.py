@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..transport import Segments, Transport
+from .wrapping import WrappingTransport
 
 __all__ = ["NegativeCache"]
 
@@ -62,7 +63,7 @@ def _hook(transport: object, name: str) -> Any:
     return None
 
 
-class NegativeCache(Transport):
+class NegativeCache(WrappingTransport):
     """Thread-safe; see the module docs. ``clock`` is injectable for tests; ``metrics`` is an
     optional :class:`~hicache_sdk.metrics.Metrics` for the counters."""
 
@@ -79,7 +80,7 @@ class NegativeCache(Transport):
             raise ValueError(f"ttl_s must be > 0, got {ttl_s!r}")
         if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries must be an int >= 1, got {max_entries!r}")
-        self._inner = inner
+        super().__init__(inner)
         self.ttl_s = float(ttl_s)
         self.max_entries = max_entries
         self._clock = clock
@@ -88,15 +89,6 @@ class NegativeCache(Transport):
         self._entries: OrderedDict[str, float] = OrderedDict()  # name -> when remembered
         self._suspects: OrderedDict[str, float] = OrderedDict()  # failed, not yet asked about
         self._passed = _hook(inner, "deadline_passed")
-        self.capabilities = inner.capabilities  # type: ignore[misc]
-        self.max_segments = inner.max_segments  # type: ignore[misc]
-        self.cancellable = inner.cancellable  # type: ignore[misc]
-        self.io_errors = inner.io_errors  # type: ignore[misc]
-        self.failures = inner.failures
-
-    @property
-    def inner(self) -> Transport:
-        return self._inner
 
     def __len__(self) -> int:
         with self._lock:
@@ -248,17 +240,8 @@ class NegativeCache(Transport):
                 del self._suspects[k]
         self._inner.clear(prefix)
 
-    def health(self) -> bool:
-        return self._inner.health()
-
     def close(self) -> None:
         with self._lock:
             self._entries.clear()
             self._suspects.clear()
-        self._inner.close()
-
-    def register_memory(self, address: int, nbytes: int) -> None:
-        self._inner.register_memory(address, nbytes)
-
-    def unregister_memory(self, address: int, nbytes: int) -> None:
-        self._inner.unregister_memory(address, nbytes)
+        super().close()

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, List, Optional
 from urllib.parse import unquote, urlsplit
 
@@ -422,6 +422,40 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         cannot scope it (``sglang-file``, ``sglang-mooncake``). Transport errors propagate
         (it is an admin call, not a batch)."""
         self.transport.clear(self.scheme.clear_prefix())
+
+    def _sglang_layout(
+        self,
+        build: Callable[..., dict[str, Any]],
+        *,
+        scheme: str,
+        names: str,
+        sidecar_pool_specs: Any,
+        swa_trailing_pages: int | None,
+        page_size: int,
+    ) -> dict[str, Any]:
+        """``describe_l3_object_layout`` for a backend whose object names are SGLang's only
+        under the key scheme ``scheme``: ``build`` (a :mod:`hicache_sdk.keys.l3_layout`
+        builder) over the registered pools, or a disabled layout saying which scheme to set.
+        ``NotRegisteredError`` before the KV pool is registered."""
+        from ..keys.l3_layout import disabled_layout
+
+        if self.config.key_scheme != scheme:
+            return disabled_layout(
+                f"key scheme {self.config.key_scheme!r} does not use {names} (set key_scheme to {scheme!r})",
+                backend=self.backend_name,
+                page_size=page_size,
+            )
+        kv = self._require_kv("describe_l3_object_layout")
+        with self._lock:
+            pools = [state.layout for state in self._pools.values()]
+        return build(
+            self.scheme,
+            kv.layout,
+            pools,
+            sidecar_pool_specs=sidecar_pool_specs,
+            swa_trailing_pages=swa_trailing_pages,
+            page_size=page_size,
+        )
 
     def get_stats(self) -> Any:
         """SGLang's ``StorageMetrics`` since the previous call."""

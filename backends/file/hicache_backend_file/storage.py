@@ -48,22 +48,12 @@ class FileStorage(PagedStorage):
         the shape of SGLang's Mooncake layout (our schema, :func:`hicache_sdk.keys.l3_layout.file_layout`):
         page ``h`` of a pool is the file ``f"{h}{suffix}"`` under :attr:`root`. Under any
         other scheme a disabled layout saying why."""
-        from hicache_sdk.keys.l3_layout import disabled_layout, file_layout
+        from hicache_sdk.keys.l3_layout import file_layout
 
-        if self.config.key_scheme != "sglang-file":
-            return disabled_layout(
-                f"key scheme {self.config.key_scheme!r} does not use SGLang's file names "
-                "(set key_scheme to 'sglang-file')",
-                backend="file",
-                page_size=page_size,
-            )
-        kv = self._require_kv("describe_l3_object_layout")
-        with self._lock:
-            pools = [state.layout for state in self._pools.values()]
-        return file_layout(
-            self.scheme,
-            kv.layout,
-            pools,
+        return self._sglang_layout(
+            file_layout,
+            scheme="sglang-file",
+            names="SGLang's file names",
             sidecar_pool_specs=sidecar_pool_specs,
             swa_trailing_pages=swa_trailing_pages,
             page_size=page_size,

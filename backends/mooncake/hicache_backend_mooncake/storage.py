@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from hicache_sdk import Capabilities, ConfigError, PagedStorage
-from hicache_sdk.keys.l3_layout import disabled_layout, mooncake_layout
+from hicache_sdk.keys.l3_layout import mooncake_layout
 
 from .config import MooncakeConfig, per_rank_segment_size
 from .mooncake_transport import MooncakeTransport
@@ -88,20 +88,10 @@ class MooncakeStorage(PagedStorage):
         the same config and pools, ``enabled=False`` with SGLang's reason for an MHA model.
         Under the ``default`` key scheme the names are not SGLang's: a disabled layout
         saying so. ``NotRegisteredError`` before the KV pool is registered."""
-        if self.config.key_scheme != "sglang-mooncake":
-            return disabled_layout(
-                f"key scheme {self.config.key_scheme!r} does not use SGLang's Mooncake object keys "
-                "(set key_scheme to 'sglang-mooncake')",
-                backend="mooncake",
-                page_size=page_size,
-            )
-        kv = self._require_kv("describe_l3_object_layout")
-        with self._lock:
-            pools = [state.layout for state in self._pools.values()]
-        return mooncake_layout(
-            self.scheme,
-            kv.layout,
-            pools,
+        return self._sglang_layout(
+            mooncake_layout,
+            scheme="sglang-mooncake",
+            names="SGLang's Mooncake object keys",
             sidecar_pool_specs=sidecar_pool_specs,
             swa_trailing_pages=swa_trailing_pages,
             page_size=page_size,
