@@ -107,6 +107,8 @@ def run_row(row: Any, servers: Any, work: Path, level: list[str]) -> dict[str, A
         f"compat_backends:{row.name}", "--config", f"@{cfg}", "--isolate", "compat_namespace={namespace}",
         "--profile", "contract", "--report", str(report), "--junitxml", str(d / "junit.xml"), "-q",
     ]  # fmt: skip
+    # the route SGLang takes for this backend: its paths and the layouts it hands it
+    argv += ["--sglang-backend", row.sglang_backend]
     if row.declare and _suite_supports("--capabilities"):
         argv += ["--capabilities", ",".join(row.declare)]
     for lv in level:

@@ -234,6 +234,21 @@ class SuiteBase:
             raise pytest.UsageError(f"profile must be one of {', '.join(PROFILES)}, got {prof!r}")
         return prof
 
+    def assert_leading_run(self, n: int, want: int, what: str) -> None:
+        """A read whose first ``want`` pages are stored, and the next is not, counted ``n``
+        leading hits. More than ``want`` uses a page that is not there (every profile).
+        Fewer serves nothing wrong: SGLang commits the leading run of hits and recomputes
+        the rest, so a backend that answers a batch all-or-nothing (NIXL) is correct for
+        SGLang; exactly ``want`` (per-key results) is a ``strict`` rule."""
+        assert n <= want, (
+            f"{what}: {n} leading hits, more than the {want} stored: a page past the stored run is a hit"
+        )
+        if self.active_profile() == "strict":
+            assert n == want, (
+                f"{what}: {n} leading hits, expected {want} (strict rule: per-key results; SGLang "
+                "itself would only lose hits)"
+            )
+
     def build_backend(self, storage_config: HiCacheStorageConfig) -> HiCacheStorage:
         """Construct the way SGLang's dynamic loader does: ``cls(storage_config, {})``."""
         return self.backend_class()(storage_config, {})  # type: ignore[no-any-return]
@@ -461,12 +476,21 @@ class SuiteBase:
     ) -> tuple[list[bool], list[bytes]]:
         """Fill pages ``first_page..`` with data from ``seeds`` (default: the keys) and
         store them under ``keys`` in one call on ``path`` (default :meth:`primary_path`):
-        per-key results of ``batch_set_v1``, or ``batch_set``'s one bool for every key."""
+        per-key results of ``batch_set_v1``, or ``batch_set``'s one bool for every key. A
+        ``batch_set_v1`` that answers per object (K and V of a page apart, as HF3FS does)
+        rather than per page counts as SGLang counts it, ``all()`` of the list, for every
+        key; under ``strict`` it fails (one result per page)."""
         seeds = keys if seeds is None else seeds
         data = [P.fill_page(att.kv, first_page + i, s) for i, s in enumerate(seeds)]
         if (path or self.primary_path()) == "v1":
-            ok = att.backend.batch_set_v1(keys, P.host_indices(att.kv, first_page, len(keys)))
-            return list(ok), data
+            ok = list(att.backend.batch_set_v1(keys, P.host_indices(att.kv, first_page, len(keys))))
+            if len(ok) != len(keys):
+                assert self.active_profile() != "strict", (
+                    f"batch_set_v1 of {len(keys)} pages returned {len(ok)} results (strict rule: one "
+                    "result per page; SGLang itself uses all() of the list, _page_set_zero_copy)"
+                )
+                ok = [all(ok)] * len(keys)
+            return ok, data
         values = [
             att.kv.get_data_page((first_page + i) * att.kv.page_size, flat=True) for i in range(len(keys))
         ]

@@ -21,7 +21,10 @@ def unreachable(backend: Any, timeout_s: float = 15.0) -> str | None:
     below the circuit breaker, which starts open for an unreachable service), bounded by
     ``timeout_s``. An I/O error it raises, or a failure it counts, means unreachable. A
     backend not built on ``PagedStorage`` cannot be asked: ``None``."""
-    transport = getattr(backend, "raw_transport", None)
+    try:
+        transport = getattr(backend, "raw_transport", None)
+    except Exception:  # a wrapper that cannot answer yet (no host pool): nothing to ask
+        return None
     if transport is None:
         return None
     failures = getattr(transport, "failures", None)

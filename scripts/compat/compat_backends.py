@@ -105,16 +105,17 @@ def _iso_nixl(ns: str, root: Path, extra: dict[str, Any]) -> tuple[dict[str, Any
 
 def _iso_hf3fs(ns: str, root: Path, extra: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     # HiCacheHF3FS.from_env_config: SGLang's single-machine defaults (numjobs 16, entries 8,
-    # local metadata), with the file in this namespace's directory, and a 256 MiB file
-    # instead of the default 1 TiB: the local metadata keeps a Python list of every free page,
-    # and 1 TiB of the suite's small pages (hundreds of bytes) is billions of them
-    # (MemoryError in mini_3fs_metadata_server.py RankMetadata); real pages are megabytes.
+    # local metadata), with the file in this namespace's directory, and a 32 MiB file
+    # instead of the default 1 TiB: the local metadata keeps a Python list of every free page
+    # of every pool, and 1 TiB of the suite's small pages (tens to hundreds of bytes) is
+    # billions of them (MemoryError in mini_3fs_metadata_server.py RankMetadata; 256 MiB still
+    # held 6 GiB); real pages are megabytes. The suite writes a few MiB per namespace.
     d = _dir(root, ns)
     cfg = d / "hf3fs.json"
     if not cfg.exists():
         cfg.write_text(
             json.dumps(
-                {"file_path_prefix": str(d / "hicache"), "file_size": 256 << 20, "numjobs": 16, "entries": 8}
+                {"file_path_prefix": str(d / "hicache"), "file_size": 32 << 20, "numjobs": 16, "entries": 8}
             ),
             encoding="utf-8",
         )

@@ -64,6 +64,17 @@ FINDINGS: tuple[Finding, ...] = (
         "mem_cache/storage/shm/hicache_shm.py:54 (batch_set returns True), :62 (exists returns False)",
         "tests/sglang/defects/test_shm_claims_writes_it_drops.py",
     ),
+    Finding(
+        ("hf3fs",),
+        ("test_sidecar_pool_round_trip", "test_v2_exists_endpoint_vectors", "test_v2_*"),
+        DEFECT,
+        "`hf3fs` never stores SWA sidecar pages: `register_mem_host_pool_v2` sizes a hybrid "
+        "pool's pages from the K half only (`get_ksize_per_token() * page_size`), while an SWA "
+        "page holds K and V, so every `batch_set_v2` of SWA pages returns False and SGLang's "
+        "hybrid prefetch never gets an SWA hit.",
+        "mem_cache/storage/hf3fs/storage_hf3fs.py:588 (pool_bytes_per_page from the K half)",
+        "tests/sglang/defects/test_hf3fs_swa_pages_never_stored.py",
+    ),
 )
 
 
@@ -130,9 +141,12 @@ SUITE_FINDINGS: tuple[Finding, ...] = (
         ("nixl_direct",),
         ("test_*",),
         SUITE,
-        "the suite's own host pools lack is_stride_page_aligned(), which SGLang's HostKVCache "
-        "has and HiCacheNixl calls with O_DIRECT (AttributeError); with SGLang's pools these run.",
-        "mem_cache/storage/nixl/hicache_nixl.py:381, mem_cache/pool_host/base.py:489",
+        "the suite's page geometry: its pages are tens to hundreds of bytes, and O_DIRECT "
+        "transfers must be multiples of the file system's block size (HiCacheNixl falls back "
+        "to page-aligned bounce buffers, but the transfer length stays the page's), so every "
+        "write fails; a real model's page is a multiple of 4 KiB. Not yet judged: the suite has "
+        "no block-aligned geometry.",
+        "mem_cache/storage/nixl/hicache_nixl.py:373-387 (the O_DIRECT alignment fallback)",
     ),
     Finding(
         ("mooncake",),

@@ -30,6 +30,12 @@ class Row:
     declare: tuple[str, ...] = ()
     note: str = ""
 
+    @property
+    def sglang_backend(self) -> str:
+        """``--hicache-storage-backend`` for this row: the built-in's factory name (which
+        decides SGLang's I/O path and host layouts), ``dynamic`` for ours."""
+        return "dynamic" if self.group == "ours" else self.name.removesuffix("_direct")
+
 
 def _root(d: Path) -> dict[str, Any]:
     return {"compat_root": str(d)}

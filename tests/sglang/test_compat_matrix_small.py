@@ -34,6 +34,7 @@ def _check(row: str, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
         sys.executable, "-c", "from hicache_conformance.cli import console_main; console_main()",
         f"compat_backends:{row}", "--config", json.dumps({"compat_root": str(tmp_path / "data")}),
         "--isolate", "compat_namespace={namespace}", "--profile", "contract", "--matrix", "minimal",
+        "--sglang-backend", row,
         "--level", "L1", "-k", SELECTION, "--report", str(report), "-q",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(COMPAT), os.environ.get("PYTHONPATH", "")])}

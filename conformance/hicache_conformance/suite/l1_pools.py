@@ -76,10 +76,9 @@ class PoolTests(SuiteBase):
             + describe_pages(keys[:n], data[:n], got)
         )
         (missing,) = self.keys(backend_factory.namespace, "side-missing", 1)
-        n, _ = self._v2_get(att, sidecar, [keys[0], missing], 20)
-        assert n == 1, (
-            f"batch_get_v2 of [{sidecar} page present, never written]: {n} leading hits, expected 1"
-        )
+        n, got = self._v2_get(att, sidecar, [keys[0], missing], 20)
+        self.assert_leading_run(n, 1, f"batch_get_v2 of [{sidecar} page present, never written]")
+        assert got == data[:n], f"{sidecar} page read back wrong:\n" + describe_pages(keys[:n], data[:n], got)
 
     @level(1)
     @requires("hybrid_pools")
@@ -193,19 +192,17 @@ class PoolTests(SuiteBase):
             f"{result.kv_hit_pages}, expected 3 (the minimum of the runs) ({result!r})"
         )
         n, got = self._v2_get(att, sidecar, keys, 20)
-        assert n == 3, (
-            f"batch_get_v2 of {sidecar} pages 0..5 (only 0..2 stored) counts {n} leading hits, expected 3: "
-            f"a page past the stored run must never be a hit"
-        )
-        assert got == side, "the sidecar pages of the run read back wrong:\n" + describe_pages(
-            keys[:3], side, got
+        self.assert_leading_run(n, 3, f"batch_get_v2 of {sidecar} pages 0..5 (only 0..2 stored)")
+        assert got == side[:n], "the sidecar pages of the run read back wrong:\n" + describe_pages(
+            keys[:n], side[:n], got
         )
         if sidecar == "indexer":
             ctl = self.controller(att)
             committed = ctl.prefetch(keys, 40, kv_derived=("indexer",))
-            assert committed == 3, (
-                f"SGLang's prefetch of 6 KV pages with the indexer stored for 3 committed {committed}, "
-                f"expected 3:\n{ctl.story()}"
+            self.assert_leading_run(
+                committed,
+                3,
+                f"SGLang's prefetch of 6 KV pages with the indexer stored for 3\n{ctl.story()}\n",
             )
 
     @level(1)

@@ -168,7 +168,7 @@ class RawObjectTests(SuiteBase):
         att = self.attach(backend_factory(storage_config=self.storage_config_for(case)), case)
         keys = self.keys(backend_factory.namespace, "torn", 4)
         ok, data = self.write(att, keys, 0)
-        assert ok == [True] * 4
+        assert ok == [True] * 4, f"a write of 4 new pages returned {ok}, expected [True] * 4"
         half = len(data[0]) // 2
         for i, (got, want) in enumerate(zip(self.read(att, keys, 10), data)):
             if got is None:
@@ -186,7 +186,7 @@ class RawObjectTests(SuiteBase):
         (cut,) = self.keys(backend_factory.namespace, "torn-cut", 1)
         _, new = self._write_and_find(raw, att, cut, 20)
         stored = raw.get(att.backend, new[0])
-        assert stored is not None
+        assert stored is not None, f"the object {new[0]!r} the write created is not readable out of band"
         raw.put(att.backend, new[0], stored[: len(stored) // 2])
         try:
             got = self.read(att, [cut], 30)
