@@ -3,7 +3,8 @@
 # and the real-SGLang bridge environment. Tests start the servers they need themselves
 # (on free 127.0.0.1 ports, stopped by PID), one set per pytest worker.
 #
-#   scripts/test.sh           everything (= CI)
+#   scripts/test.sh           everything (= CI), including an install and the core tests
+#                             without a C compiler (scripts/nocompiler_check.sh)
 #   scripts/test.sh --quick   lint, types, the core and file-backend tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,11 @@ echo "== pytest (core, file, redis, s3, mooncake, conformance; $workers workers)
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" \
     tests backends/file/tests backends/redis/tests backends/s3/tests backends/mooncake/tests \
     conformance/tests
+echo "== without a C compiler (scripts/nocompiler_check.sh, alongside the next step)"
+nocc_log="$(mktemp)"
+scripts/nocompiler_check.sh -q -p no:cacheprovider -n 2 >"$nocc_log" 2>&1 &
+nocc_pid=$!
+trap '[ -n "$tox_pid" ] && kill "$tox_pid" 2>/dev/null; [ -n "$nocc_pid" ] && kill "$nocc_pid" 2>/dev/null; rm -f "$tox_log" "$nocc_log"' EXIT
 echo "== real SGLang 0.5.23 (tox -e sglang)"
 if ! wait "$tox_pid"; then
     tox_pid=""
@@ -51,3 +57,12 @@ if ! wait "$tox_pid"; then
 fi
 tox_pid=""
 .venv/bin/tox -q -e sglang -- -n 2
+echo "== without a C compiler: result"
+if ! wait "$nocc_pid"; then
+    nocc_pid=""
+    cat "$nocc_log"
+    echo "scripts/nocompiler_check.sh failed" >&2
+    exit 1
+fi
+nocc_pid=""
+tail -n 3 "$nocc_log"

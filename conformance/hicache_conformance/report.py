@@ -122,6 +122,7 @@ def build_report(
             counts = paths.setdefault(o.io_path, {"passed": 0, "skipped": 0, "failed": 0, "waived": 0})
             counts[o.outcome if o.outcome in counts else "failed"] += 1
     failed = sum(c["failed"] for c in levels.values())
+    passed = sum(c["passed"] for c in levels.values())
     return {
         "suite_version": suite_version,
         "backend": {
@@ -138,7 +139,9 @@ def build_report(
         "waivers": dict(waivers),
         "config": redact_config(config, backend_cls),
         "tests": {o.nodeid: _test_entry(o) for o in outcomes},
-        "ok": failed == 0,
+        # a run in which no test passed certifies nothing (a session that errored before
+        # or after its tests, a selection that ran none)
+        "ok": failed == 0 and passed > 0,
     }
 
 
@@ -199,6 +202,9 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             f"peak RSS: runner {rss.get('runner', 0) / 2**20:.0f} MiB, children {rss.get('children', 0) / 2**20:.0f} MiB"
         )
     verdict = "PASS" if report["ok"] else "FAIL"
+    levels = report.get("levels") or {}
+    if not report["ok"] and not any(c.get("passed") or c.get("failed") for c in levels.values()):
+        rows.append("no test passed or failed: nothing was certified (see the errors above)")
     extra = f" (profile {report.get('profile', 'unknown')}"
     caps = report.get("capabilities", {})
     inferred = caps.get("inferred") or []

@@ -123,6 +123,12 @@ def _iso_hf3fs(ns: str, root: Path, extra: dict[str, Any]) -> tuple[dict[str, An
 
 
 def _iso_aibrix(ns: str, root: Path, extra: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    # aibrix-kvcache pins its host buffers when its device is "cpu"; torch cannot pin memory
+    # on a machine without an accelerator (on a GPU host, where SGLang runs, it can). The
+    # library's own switch for tests turns pinning off and changes nothing else.
+    import aibrix_kvcache.cache_manager as aibrix_cache_manager
+
+    aibrix_cache_manager.TESTING_DISABLE_PIN_MEMORY = True
     d = _dir(root, ns)
     return {}, {
         "AIBRIX_KV_CACHE_OL_ROCKSDB_ROOT": str(d / "rocksdb"),
@@ -270,6 +276,8 @@ class _Deferred(sgl.HiCacheStorage):
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("_") or attr in ("spec", "inner"):
             raise AttributeError(attr)
+        if self._inner is None and not self.spec.pool_optional:  # nothing to ask yet
+            raise AttributeError(f"{attr}: SGLang's {self.spec.cls} is built at register_mem_pool_host")
         return getattr(self.inner, attr)
 
     def __repr__(self) -> str:

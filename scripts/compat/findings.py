@@ -159,14 +159,6 @@ SUITE_FINDINGS: tuple[Finding, ...] = (
         "tests/sglang/defects/test_mooncake_clear_wipes_other_tenants.py",
     ),
     Finding(
-        ("aibrix",),
-        ("test_*",),
-        SUITE,
-        "the suite's own host pools lack target_layer_num, which SGLang's host pools have and "
-        "AibrixKVCacheStorage reads at construction (AttributeError); with SGLang's pools these run.",
-        "mem_cache/storage/aibrix_kvcache/aibrix_kvcache_storage.py:37, mem_cache/pool_host/base.py:259",
-    ),
-    Finding(
         ("*",),
         ("test_matches_reference_model",),
         SUITE,
