@@ -150,8 +150,8 @@ ROWS: tuple[Row, ...] = (
         "fail",
         ("mla",),
         note="With SGLang's default `global_segment_size` (4gb) each `MooncakeStore` mounts a 4 GB "
-        "segment; a suite that keeps every backend it built alive until the end of a test grows past "
-        "the matrix's memory cap, and the row is stopped.",
+        "segment; the suite closes every backend before it builds the next, so the row's peak RSS "
+        "stays near that of one store.",
     ),
     Row("hf3fs", "hf3fs (HiCacheHF3FS, mock client)", "sglang", _file, "fail"),
     Row("nixl", "nixl (HiCacheNixl, POSIX)", "sglang", _nixl(False), "pass", ("mla",)),
