@@ -100,7 +100,7 @@ class SuiteBase:
     waivers: ClassVar[Mapping[str, str]] = {}
     #: ``"full"``, ``"pairwise"`` or ``"minimal"`` (see :mod:`hicache_conformance.matrix`).
     matrix: ClassVar[str] = "pairwise"
-    #: Watchdog per test (seconds).
+    #: Watchdog per test (seconds); the stateful test gets at least 4 s per example.
     test_timeout_s: ClassVar[float] = 120.0
     #: L4: the most one call may take while the service is down or slow (generous).
     call_deadline_s: ClassVar[float] = 10.0
@@ -360,7 +360,10 @@ class SuiteBase:
         if path is not None:
             request.node.user_properties.append(("hicache_io_path", path))
         P.set_source(self.host_pools)
-        with Watchdog(self.test_timeout_s, label=name):
+        limit = self.test_timeout_s
+        if test_level(fn) == 5:  # the stateful level: one backend per example, each built and released
+            limit = max(limit, 4.0 * self.stateful_examples)
+        with Watchdog(limit, label=name):
             yield
         still = settle(self.settle_s)
         if still:

@@ -162,9 +162,20 @@ class BackendFactory:
             out += backend_bugs(b)
         return out
 
-    def release(self, backend: Any) -> None:
-        """Close ``backend`` now and drop the factory's reference to it (its bugs are kept)."""
+    def release(self, backend: Any, *, namespace: str | None = None, clear: bool = False) -> None:
+        """Close ``backend`` now and drop the factory's reference to it (its bugs are kept).
+        With ``clear``, first clear ``namespace`` through it (the teardown then need not
+        build another backend for that namespace; a store whose backends are slow to
+        build or destroy pays once, not twice)."""
         self._released_bugs += backend_bugs(backend)
+        if clear and namespace is not None and (self._probe is None or namespace in self._proven):
+            try:
+                backend.clear()
+            except Exception:
+                pass
+            else:
+                self.namespaces.discard(namespace)
+                self._proven.discard(namespace)
         _close(backend)
         self.created = [b for b in self.created if b is not backend]
 

@@ -61,9 +61,10 @@ class Watchdog:
         self._old_handler: Any = None
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         raise WatchdogTimeout(
-            f"{self.label} ran past the conformance watchdog ({self.seconds:g} s): "
-            "a backend call hung (stacks of all threads were dumped to stderr)"
+            f"{self.label} ran past the conformance watchdog ({self.seconds:g} s): a backend call "
+            "hung or the test's calls together took longer (stacks of all threads were dumped to stderr)"
         )
 
     def __enter__(self) -> Watchdog:

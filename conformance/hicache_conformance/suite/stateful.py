@@ -87,7 +87,7 @@ class StatefulTests(SuiteBase):
 
             @initialize()
             def setup(self) -> None:
-                ns = backend_factory.new_namespace()
+                ns = self.ns = backend_factory.new_namespace()
                 sc = suite.storage_config_for(case)
                 self.att = suite.attach(backend_factory(namespace=ns, storage_config=sc), case)
                 self.store = f"conformance-reference-{uuid.uuid4().hex[:12]}"
@@ -103,7 +103,9 @@ class StatefulTests(SuiteBase):
 
             def teardown(self) -> None:
                 if hasattr(self, "att"):
-                    backend_factory.release(self.att.backend)
+                    backend_factory.release(
+                        self.att.backend, namespace=self.ns, clear=suite.capabilities_of().delete
+                    )
                     del self.att
                 if hasattr(self, "ref"):
                     self.ref.backend.close()
