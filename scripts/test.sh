@@ -3,7 +3,7 @@
 # and the real-SGLang bridge environment. Tests start the servers they need themselves
 # (on free 127.0.0.1 ports, stopped by PID), one set per pytest worker.
 #
-#   scripts/test.sh           everything (= CI), including an install and the core tests
+#   scripts/test.sh           everything (= CI); the core tests (tests/) run in an install
 #                             without a C compiler (scripts/nocompiler_check.sh)
 #   scripts/test.sh --quick   lint, types, the core and file-backend tests
 set -euo pipefail
@@ -39,11 +39,13 @@ if [ "$quick" = 1 ]; then
     exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" tests backends/file/tests
 fi
 
-echo "== pytest (core, file, redis, s3, mooncake, conformance; $workers workers)"
+# The core tests (tests/) run once, in the no-compiler install below; here only the kit's,
+# which compare the compiled copy extension with its fallback.
+echo "== pytest (backends, conformance, the kit; $workers workers)"
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" \
-    tests backends/file/tests backends/redis/tests backends/s3/tests backends/mooncake/tests \
+    tests/kit backends/file/tests backends/redis/tests backends/s3/tests backends/mooncake/tests \
     conformance/tests
-echo "== without a C compiler (scripts/nocompiler_check.sh, alongside the next step)"
+echo "== without a C compiler, and the core tests (scripts/nocompiler_check.sh, alongside the next step)"
 nocc_log="$(mktemp)"
 scripts/nocompiler_check.sh -q -p no:cacheprovider -n 2 >"$nocc_log" 2>&1 &
 nocc_pid=$!
