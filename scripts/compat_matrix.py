@@ -108,7 +108,7 @@ def run_row(row: Any, servers: Any, work: Path, level: list[str]) -> dict[str, A
         "--profile", "contract", "--report", str(report), "--junitxml", str(d / "junit.xml"), "-q",
     ]  # fmt: skip
     # the route SGLang takes for this backend: its paths and the layouts it hands it
-    argv += ["--sglang-backend", row.sglang_backend]
+    argv += ["--sglang-backend", row.sglang_backend, *row.args]
     if row.declare and _suite_supports("--capabilities"):
         argv += ["--capabilities", ",".join(row.declare)]
     for lv in level:

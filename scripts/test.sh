@@ -39,17 +39,17 @@ if [ "$quick" = 1 ]; then
     exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" tests backends/file/tests
 fi
 
-# The core tests (tests/) run once, in the no-compiler install below; here only the kit's,
+echo "== without a C compiler, and the core tests (scripts/nocompiler_check.sh, alongside the next steps)"
+nocc_log="$(mktemp)"
+scripts/nocompiler_check.sh -q -p no:cacheprovider -n 2 >"$nocc_log" 2>&1 &
+nocc_pid=$!
+trap '[ -n "$tox_pid" ] && kill "$tox_pid" 2>/dev/null; [ -n "$nocc_pid" ] && kill "$nocc_pid" 2>/dev/null; rm -f "$tox_log" "$nocc_log"' EXIT
+# The core tests (tests/) run once, in the no-compiler install above; here only the kit's,
 # which compare the compiled copy extension with its fallback.
 echo "== pytest (backends, conformance, the kit; $workers workers)"
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" \
     tests/kit backends/file/tests backends/redis/tests backends/s3/tests backends/mooncake/tests \
     conformance/tests
-echo "== without a C compiler, and the core tests (scripts/nocompiler_check.sh, alongside the next step)"
-nocc_log="$(mktemp)"
-scripts/nocompiler_check.sh -q -p no:cacheprovider -n 2 >"$nocc_log" 2>&1 &
-nocc_pid=$!
-trap '[ -n "$tox_pid" ] && kill "$tox_pid" 2>/dev/null; [ -n "$nocc_pid" ] && kill "$nocc_pid" 2>/dev/null; rm -f "$tox_log" "$nocc_log"' EXIT
 echo "== real SGLang 0.5.23 (tox -e sglang)"
 if ! wait "$tox_pid"; then
     tox_pid=""

@@ -89,6 +89,9 @@ class SuiteBase:
     route: ClassVar[Route] = Route()
     #: Whose host pools: ``"auto"`` (SGLang's when installed), ``"sglang"`` or ``"sdk"``.
     host_pools: ClassVar[str] = "auto"
+    #: The model geometry of the suite's pools: ``"small"`` (pages of tens to hundreds of
+    #: bytes) or ``"block"`` (every page a multiple of 4 KiB, for O_DIRECT transfers).
+    geometry: ClassVar[str] = "small"
     #: ``"contract"`` (what SGLang requires), ``"strict"`` (plus the SDK's own promises) or
     #: ``None``: strict for a ``PagedStorage`` backend, contract for any other.
     profile: ClassVar[str | None] = None
@@ -360,6 +363,7 @@ class SuiteBase:
         if path is not None:
             request.node.user_properties.append(("hicache_io_path", path))
         P.set_source(self.host_pools)
+        P.set_geometry(self.geometry)
         limit = self.test_timeout_s
         if test_level(fn) == 5:  # the stateful level: one backend per example, each built and released
             limit = max(limit, 4.0 * self.stateful_examples)

@@ -36,7 +36,8 @@ __all__ = ["ChildJob", "run_child", "digest"]
 class ChildJob:
     """What the child does. ``backend``: an entry-point name or ``"module:Class"``;
     ``zero_copy``: use ``batch_*_v1`` (else the legacy ``batch_get`` / ``batch_set``);
-    ``pool_source``: whose host pools (``pools.set_source``), as in the parent."""
+    ``pool_source``, ``geometry``: whose host pools and their geometry
+    (``pools.set_source``, ``pools.set_geometry``), as in the parent."""
 
     backend: str
     storage_config: HiCacheStorageConfig
@@ -45,6 +46,7 @@ class ChildJob:
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
     pool_source: str = "auto"
+    geometry: str = "small"
 
 
 # Not ``-m hicache_conformance.child``: that would make a second, ``__main__`` copy of
@@ -120,6 +122,7 @@ def _run(job: ChildJob, publish: Callable[[dict[str, Any]], None]) -> None:
     from .base import resolve_backend_class
 
     P.set_source(job.pool_source)
+    P.set_geometry(job.geometry)
     backend = resolve_backend_class(job.backend)(job.storage_config, {})
     try:
         kv = P.make_kv_pool(job.case)

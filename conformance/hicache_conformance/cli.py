@@ -1,6 +1,6 @@
 """``hicache check NAME --config JSON|@file --report r.json [--junitxml x.xml] [--level L]
 [--profile contract|strict] [--capabilities mla,persistent] [--sglang-backend NAME]
-[--io-backend kernel|direct] [--pools auto|sglang|sdk]``.
+[--io-backend kernel|direct] [--pools auto|sglang|sdk] [--geometry small|block]``.
 
 Runs the suite (``pytest.main`` over the plugin's configured suite, isolated from the
 caller's pytest configuration). ``hicache-conformance`` is the same command as a
@@ -83,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
         help="SGLang's --hicache-io-backend (decides the host layouts SGLang hands the backend)",
     )
     p.add_argument(
+        "--geometry",
+        choices=["small", "block"],
+        default=None,
+        help="the pools' model geometry: small (default) or block (every page a multiple of 4 KiB, "
+        "for backends that transfer with O_DIRECT)",
+    )
+    p.add_argument(
         "--pools",
         choices=["auto", "sglang", "sdk"],
         default=None,
@@ -163,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             pargs += ["--hicache-io-backend", args.io_backend]
         if args.pools:
             pargs += ["--hicache-pools", args.pools]
+        if args.geometry:
+            pargs += ["--hicache-geometry", args.geometry]
         if args.keyword:
             pargs += ["-k", args.keyword]
         if args.quiet:

@@ -86,6 +86,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="SGLang's --hicache-io-backend (host layouts SGLang hands the backend); default kernel",
     )
     g.addoption(
+        "--hicache-geometry",
+        default=None,
+        choices=["small", "block"],
+        help="the pools' model geometry: small (default) or block (every page a multiple of 4 KiB, "
+        "for backends that transfer with O_DIRECT)",
+    )
+    g.addoption(
         "--hicache-pools",
         default=None,
         choices=["auto", "sglang", "sdk"],
@@ -128,6 +135,7 @@ def configured_suite() -> type | None:
         "extra_capabilities": _active.get("capabilities") or (),
         "route": Route(_active.get("sglang_backend") or "dynamic", _active.get("io_backend") or "kernel"),
         "host_pools": _active.get("pools") or "auto",
+        "geometry": _active.get("geometry") or "small",
     }
     hooks_factory = _memory_fault_hooks(resolve_backend_class(name)) if name == "memory" else None
     if hooks_factory is not None:
@@ -193,6 +201,7 @@ def pytest_configure(config: pytest.Config) -> None:
         sglang_backend=config.getoption("--hicache-sglang-backend"),
         io_backend=config.getoption("--hicache-io-backend"),
         pools=config.getoption("--hicache-pools"),
+        geometry=config.getoption("--hicache-geometry"),
     )
     config._hicache_active = dict(_active)  # type: ignore[attr-defined]
     if str(_SUITE_FILE) not in config.args:
@@ -353,6 +362,7 @@ def _class_info(suite_cls: Any) -> dict[str, Any]:
             "sources": suite_cls.capability_sources(),
         },
         "host_pools": suite_cls.host_pools,
+        "geometry": suite_cls.geometry,
     }
 
 
@@ -420,6 +430,7 @@ def _report(config: pytest.Config) -> dict[str, Any] | None:
         report["capabilities"]["from_command_line"] = caps["from_command_line"]
         report["capabilities"]["sources"] = caps["sources"]
         report["route"] = infos[first.__name__]["route"]
+        report["geometry"] = infos[first.__name__].get("geometry", "small")
     report["classes"] = infos
     ctl_ok, ctl_why = sglang_controller_available()
     pools = P.source_info()

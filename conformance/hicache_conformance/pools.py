@@ -31,6 +31,8 @@ __all__ = [
     "SMALL",
     "POOL_SOURCES",
     "set_source",
+    "set_geometry",
+    "GEOMETRIES",
     "source_info",
     "with_sglang_attributes",
     "make_kv_pool",
@@ -53,10 +55,28 @@ class Geometry:
     head_dim: int = 8
     kv_lora_rank: int = 12
     qk_rope_head_dim: int = 4
+    #: the indexer pool's per-layer row (the SDK's ``IndexerHostPool``)
+    index_dim: int = 16
     pages: int = 300
 
 
 SMALL = Geometry()
+#: Every pool's page a multiple of 4 KiB at every dtype and page size of the matrix (MHA
+#: ``2 * 8 * 128 * 2`` layers, MLA ``(1020 + 4) * 2``, SWA ``2 * 8 * 128``, indexer
+#: ``1024 * 2`` elements per token, each at least 2 bytes): what a backend that moves pages
+#: with O_DIRECT needs, as real model pages are.
+BLOCK = Geometry(head_num=8, head_dim=128, kv_lora_rank=1020, qk_rope_head_dim=4, index_dim=1024, pages=160)
+#: ``--geometry`` names.
+GEOMETRIES: dict[str, Geometry] = {"small": SMALL, "block": BLOCK}
+_geometry = {"current": SMALL}
+
+
+def set_geometry(name: str) -> None:
+    """Choose the model geometry of the pools the suite builds (see :data:`GEOMETRIES`).
+    Raises ``ValueError`` naming ``name`` for anything else."""
+    if name not in GEOMETRIES:
+        raise ValueError(f"geometry must be one of {', '.join(GEOMETRIES)}, got {name!r}")
+    _geometry["current"] = GEOMETRIES[name]
 
 
 #: ``auto``: SGLang's pools when they can be built here, else the SDK's; ``sglang``: SGLang's
@@ -156,9 +176,11 @@ def with_sglang_attributes(cls: type) -> type:
     return sub
 
 
-def make_kv_pool(case: PoolCase, geometry: Geometry = SMALL, *, layer_num: int | None = None) -> Any:
-    """A KV host pool for ``case`` (MHA or MLA) with room for ``geometry.pages`` pages:
-    SGLang's own when :func:`set_source` allows and it can be built, else the SDK's."""
+def make_kv_pool(case: PoolCase, geometry: Geometry | None = None, *, layer_num: int | None = None) -> Any:
+    """A KV host pool for ``case`` (MHA or MLA) with room for ``geometry.pages`` pages
+    (default: the :func:`set_geometry` one): SGLang's own when :func:`set_source` allows
+    and it can be built, else the SDK's."""
+    geometry = geometry or _geometry["current"]
     dtype = getattr(torch, case.dtype)
     size = geometry.pages * case.page_size
     layers = geometry.layer_num if layer_num is None else layer_num
@@ -198,9 +220,10 @@ def make_kv_pool(case: PoolCase, geometry: Geometry = SMALL, *, layer_num: int |
     raise ValueError(f"case.kind must be 'mha' or 'mla', got {case.kind!r}")
 
 
-def make_sidecar_pool(name: str, kv_case: PoolCase, geometry: Geometry = SMALL) -> Any:
+def make_sidecar_pool(name: str, kv_case: PoolCase, geometry: Geometry | None = None) -> Any:
     """A sidecar pool by pool name: ``"indexer"`` (ALL_PAGES, shares KV indices, same
     page size) or ``"swa"`` (TRAILING_PAGES, an MHA-like pool at the KV page size)."""
+    geometry = geometry or _geometry["current"]
     dtype = getattr(torch, kv_case.dtype)
     size = geometry.pages * kv_case.page_size
     if name == "indexer":
@@ -209,9 +232,9 @@ def make_sidecar_pool(name: str, kv_case: PoolCase, geometry: Geometry = SMALL) 
         except (ImportError, AttributeError):
             cls = None
         if cls is not None:
-            return cls(size, kv_case.page_size, geometry.layer_num, 16, dtype)
+            return cls(size, kv_case.page_size, geometry.layer_num, geometry.index_dim, dtype)
         cls = _hostpool_class("MHAHostPool", "mha")
-        return cls(size, kv_case.page_size, 1, 1, 16, dtype=dtype, layout="page_first")
+        return cls(size, kv_case.page_size, 1, 1, geometry.index_dim, dtype=dtype, layout="page_first")
     if name == "swa":
         if _use_sglang():
             return sglang_pools.swa_pool(

@@ -29,6 +29,8 @@ class Row:
     #: Extra capabilities the backend supports but that cannot be inferred from its methods.
     declare: tuple[str, ...] = ()
     note: str = ""
+    #: More ``hicache check`` options for this row.
+    args: tuple[str, ...] = ()
 
     @property
     def sglang_backend(self) -> str:
@@ -155,7 +157,17 @@ ROWS: tuple[Row, ...] = (
     ),
     Row("hf3fs", "hf3fs (HiCacheHF3FS, mock client)", "sglang", _file, "fail"),
     Row("nixl", "nixl (HiCacheNixl, POSIX)", "sglang", _nixl(False), "pass", ("mla",)),
-    Row("nixl_direct", "nixl (HiCacheNixl, POSIX, O_DIRECT)", "sglang", _nixl(True), "pass", ("mla",)),
+    Row(
+        "nixl_direct",
+        "nixl (HiCacheNixl, POSIX, O_DIRECT)",
+        "sglang",
+        _nixl(True),
+        "pass",
+        ("mla",),
+        note="O_DIRECT moves whole blocks: the row runs with `--geometry block` (every page a "
+        "multiple of 4 KiB, as a real model's pages are).",
+        args=("--geometry", "block"),
+    ),
     Row("seaweedfs", "seaweedfs (SeaweedFSStore, weed mini)", "sglang", _seaweedfs, "pass", ("mla",)),
     Row("aibrix", "aibrix (AibrixKVCacheStorage, RocksDB L2)", "sglang", _aibrix, "pass"),
     Row("ours_file", "hicache-sdk file (dynamic)", "ours", _ours("file"), "pass"),

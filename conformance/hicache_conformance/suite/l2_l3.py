@@ -197,6 +197,7 @@ class ConcurrencyTests(SuiteBase):
             case=case,
             zero_copy=self.primary_path() == "v1",
             pool_source=self.host_pools,
+            geometry=self.geometry,
             read=tuple(mine),
             write=tuple(theirs),
         )
