@@ -19,13 +19,30 @@ export CI="${CI:-1}"   # hypothesis "ci" profile: derandomized, bounded examples
 # pytest workers: the tests mostly wait on servers and subprocesses, so one more than the cores.
 workers="${HICACHE_TEST_WORKERS:-$(( $(nproc) + 1 ))}"
 
-tox_pid=""
+# Steps that run in the background: those still running are killed at exit, their logs removed.
+bg_logs=()
+trap 'kill $(jobs -pr) 2>/dev/null || true; rm -f "${bg_logs[@]}"' EXIT
+# start LOG_VAR PID_VAR CMD...: run CMD in the background, its output in a new log
+start() {
+    local log
+    log="$(mktemp)"
+    bg_logs+=("$log")
+    "${@:3}" >"$log" 2>&1 &
+    printf -v "$2" '%s' "$!"
+    printf -v "$1" '%s' "$log"
+}
+# finish WHAT PID LOG: wait for a background step; when it failed, print its log and stop
+finish() {
+    if ! wait "$2"; then
+        cat "$3"
+        echo "$1 failed" >&2
+        exit 1
+    fi
+}
+
 if [ "$quick" = 0 ]; then
     # Build the SGLang environment while the other steps run (it is mostly package installs).
-    tox_log="$(mktemp)"
-    .venv/bin/tox -q -e sglang --notest >"$tox_log" 2>&1 &
-    tox_pid=$!
-    trap '[ -n "$tox_pid" ] && kill "$tox_pid" 2>/dev/null; rm -f "$tox_log"' EXIT
+    start tox_log tox_pid .venv/bin/tox -q -e sglang --notest
 fi
 
 echo "== ruff"
@@ -40,10 +57,7 @@ if [ "$quick" = 1 ]; then
 fi
 
 echo "== without a C compiler, and the core tests (scripts/nocompiler_check.sh, alongside the next steps)"
-nocc_log="$(mktemp)"
-scripts/nocompiler_check.sh -q -p no:cacheprovider -n 2 >"$nocc_log" 2>&1 &
-nocc_pid=$!
-trap '[ -n "$tox_pid" ] && kill "$tox_pid" 2>/dev/null; [ -n "$nocc_pid" ] && kill "$nocc_pid" 2>/dev/null; rm -f "$tox_log" "$nocc_log"' EXIT
+start nocc_log nocc_pid scripts/nocompiler_check.sh -q -p no:cacheprovider -n 2
 # The core tests (tests/) run once, in the no-compiler install above; here only the kit's,
 # which compare the compiled copy extension with its fallback.
 echo "== pytest (backends, conformance, the kit; $workers workers)"
@@ -51,20 +65,8 @@ echo "== pytest (backends, conformance, the kit; $workers workers)"
     tests/kit backends/file/tests backends/redis/tests backends/s3/tests backends/mooncake/tests \
     conformance/tests
 echo "== real SGLang 0.5.23 (tox -e sglang)"
-if ! wait "$tox_pid"; then
-    tox_pid=""
-    cat "$tox_log"
-    echo "building the tox sglang environment failed" >&2
-    exit 1
-fi
-tox_pid=""
+finish "building the tox sglang environment" "$tox_pid" "$tox_log"
 .venv/bin/tox -q -e sglang -- -n 2
 echo "== without a C compiler: result"
-if ! wait "$nocc_pid"; then
-    nocc_pid=""
-    cat "$nocc_log"
-    echo "scripts/nocompiler_check.sh failed" >&2
-    exit 1
-fi
-nocc_pid=""
+finish "scripts/nocompiler_check.sh" "$nocc_pid" "$nocc_log"
 grep -E '^[0-9]+ passed' "$nocc_log" | tail -n 1 || true

@@ -44,6 +44,7 @@ from hicache_sdk.spec import HiCacheStorage, HiCacheStorageConfig, PoolName
 
 from . import pools as P
 from .capabilities import (
+    LEVELS,
     PROFILES,
     apply_capability_overrides,
     default_profile,
@@ -365,7 +366,7 @@ class SuiteBase:
         P.set_source(self.host_pools)
         P.set_geometry(self.geometry)
         limit = self.test_timeout_s
-        if test_level(fn) == 5:  # the stateful level: one backend per example, each built and released
+        if LEVELS.get(test_level(fn) or -1) == "stateful":  # one backend per example, built and released
             limit = max(limit, 4.0 * self.stateful_examples)
         with Watchdog(limit, label=name):
             yield

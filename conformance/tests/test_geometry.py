@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from hicache_conformance import pools as P
+from hicache_conformance import sglang_pools
 from hicache_conformance.matrix import full_matrix
 
 
@@ -20,8 +21,10 @@ def _page_nbytes(pool: object) -> int:
     return len(P._as_bytes(pool.get_dummy_flat_data_page()))  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("source", ["sdk", "auto"])
+@pytest.mark.parametrize("source", ["sdk", "sglang"])
 def test_block_geometry_pages_are_multiples_of_4_kib(geometry: None, source: str) -> None:
+    if source == "sglang" and not sglang_pools.availability()[0]:
+        pytest.skip(f"SGLang's pools: {sglang_pools.availability()[1]}")
     P.set_source(source)
     try:
         P.set_geometry("block")
@@ -47,7 +50,7 @@ def test_an_unknown_geometry_is_named(geometry: None) -> None:
         P.set_geometry("huge")
 
 
-def test_the_cli_passes_the_geometry_and_the_report_records_it(tmp_path: object) -> None:
+def test_the_cli_passes_the_geometry_and_the_report_records_it() -> None:
     from hicache_conformance.run import run_check
 
     res = run_check(
