@@ -57,7 +57,7 @@ if [ "$quick" = 1 ]; then
 fi
 
 echo "== without a C compiler, and the core tests (scripts/nocompiler_check.sh, alongside the next steps)"
-start nocc_log nocc_pid scripts/nocompiler_check.sh -q -p no:cacheprovider -n 2
+start nocc_log nocc_pid scripts/nocompiler_check.sh -p no:cacheprovider -n 2
 # The core tests (tests/) run once, in the no-compiler install above; here only the kit's,
 # which compare the compiled copy extension with its fallback.
 echo "== pytest (backends, conformance, the kit; $workers workers)"
