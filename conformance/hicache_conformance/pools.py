@@ -65,7 +65,7 @@ SMALL = Geometry()
 #: ``2 * 8 * 128 * 2`` layers, MLA ``(1020 + 4) * 2``, SWA ``2 * 8 * 128``, indexer
 #: ``1024 * 2`` elements per token, each at least 2 bytes): what a backend that moves pages
 #: with O_DIRECT needs, as real model pages are.
-BLOCK = Geometry(head_num=8, head_dim=128, kv_lora_rank=1020, qk_rope_head_dim=4, index_dim=1024, pages=160)
+BLOCK = Geometry(head_num=8, head_dim=128, kv_lora_rank=1020, qk_rope_head_dim=4, index_dim=1024, pages=300)
 #: ``--geometry`` names.
 GEOMETRIES: dict[str, Geometry] = {"small": SMALL, "block": BLOCK}
 _geometry = {"current": SMALL}
@@ -254,9 +254,24 @@ def make_sidecar_pool(name: str, kv_case: PoolCase, geometry: Geometry | None = 
     raise ValueError(f"name must be 'indexer' or 'swa', got {name!r}")
 
 
+def _in_pool(pool: Any, first_page: int, n_pages: int = 1) -> int:
+    """``pool.page_size``, once pages ``first_page .. first_page + n_pages - 1`` are known
+    to lie inside the pool: an index past its end would reach memory beyond it on a
+    zero-copy path (SGLang computes page addresses without a bound check), so a test that
+    asks for one fails here, naming the suite, not the backend."""
+    ps = int(pool.page_size)
+    size = getattr(pool, "size", None)
+    if first_page < 0 or (size is not None and (first_page + n_pages) * ps > int(size)):
+        raise IndexError(
+            f"the suite addressed pages {first_page}..{first_page + n_pages - 1} of a host pool of "
+            f"{int(size) // ps if size is not None else '?'} pages (a defect of the suite, not of the backend)"
+        )
+    return ps
+
+
 def host_indices(pool: Any, first_page: int, n_pages: int) -> torch.Tensor:
     """int64 slot indices of pages ``first_page .. first_page + n_pages - 1``."""
-    ps = int(pool.page_size)
+    ps = _in_pool(pool, first_page, n_pages)
     return torch.arange(first_page * ps, (first_page + n_pages) * ps, dtype=torch.int64)
 
 
@@ -267,7 +282,7 @@ def _as_bytes(t: torch.Tensor) -> bytes:
 
 def page_bytes(pool: Any, page: int) -> bytes:
     """The bytes of page ``page`` of ``pool`` in its flat order."""
-    return _as_bytes(pool.get_data_page(page * int(pool.page_size), flat=True))
+    return _as_bytes(pool.get_data_page(page * _in_pool(pool, page), flat=True))
 
 
 def pattern(seed: str, nbytes: int) -> bytes:
@@ -291,14 +306,14 @@ def fill_page(pool: Any, page: int, seed: str) -> bytes:
     """Fill page ``page`` of ``pool`` with bytes derived from ``seed``; return them."""
     nbytes = len(_as_bytes(pool.get_dummy_flat_data_page()))
     data = pattern(seed, nbytes)
-    pool.set_from_flat_data_page(page * int(pool.page_size), flat_tensor(pool, data))
+    pool.set_from_flat_data_page(page * _in_pool(pool, page), flat_tensor(pool, data))
     return data
 
 
 def zero_page(pool: Any, page: int) -> None:
     """Overwrite page ``page`` with a recognisable sentinel (0x5A bytes)."""
     nbytes = len(_as_bytes(pool.get_dummy_flat_data_page()))
-    pool.set_from_flat_data_page(page * int(pool.page_size), flat_tensor(pool, b"\x5a" * nbytes))
+    pool.set_from_flat_data_page(page * _in_pool(pool, page), flat_tensor(pool, b"\x5a" * nbytes))
 
 
 def page_key(namespace: str, label: object) -> str:

@@ -34,6 +34,7 @@ BROKEN = [
     "hicache_conformance.broken.semantic:SetRewritesExisting",
     "hicache_conformance.broken.semantic:MissingPageRaises",
     "hicache_conformance.broken.semantic:SidecarRunIgnored",
+    "hicache_conformance.broken.semantic:WriteVisibleBeforeItsBytes",
     "hicache_conformance.broken.io:HalfWrittenPageVisible",
     "hicache_conformance.broken.io:HangsWhileDown",
     "hicache_conformance.broken.io:ReadLandsAfterDeadline",

@@ -120,16 +120,6 @@ SUITE_FINDINGS: tuple[Finding, ...] = (
         "managers/cache_controller.py:1428-1433",
     ),
     Finding(
-        ("nixl_direct",),
-        ("test_threads_mixing_ops_no_torn_page_no_lost_write",),
-        SUITE,
-        "the suite's concurrency exceeds SGLang's: four threads mix gets and sets on one backend, "
-        "while SGLang calls a rank's backend from one prefetch thread and one backup thread; with "
-        "O_DIRECT HiCacheNixl copies through one bounce buffer per direction, without a lock, and "
-        "relies on that. The rule belongs in strict for such backends; the suite does not yet say so.",
-        "mem_cache/storage/nixl/hicache_nixl.py:394-407 (one bounce buffer per direction), :738",
-    ),
-    Finding(
         ("nixl*",),
         ("test_legacy_get_set_is_byte_exact", "test_missing_page_is_a_miss"),
         SUITE,

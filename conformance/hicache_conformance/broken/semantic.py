@@ -8,6 +8,7 @@ whose rules it breaks (a strict-only rule is skipped under ``contract``).
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar, List, Optional
 
 from hicache_sdk.spec import HiCacheStorageExtraInfo, PoolTransfer, PoolTransferResult, pool_name_str
@@ -20,6 +21,7 @@ __all__ = [
     "SetRewritesExisting",
     "MissingPageRaises",
     "SidecarRunIgnored",
+    "WriteVisibleBeforeItsBytes",
 ]
 
 
@@ -105,3 +107,22 @@ class SidecarRunIgnored(ReferenceStorage):
     ) -> dict[str, List[bool]]:
         out = super().batch_get_v2(transfers, extra_info)
         return {name: [True] * len(hits) for name, hits in out.items() if pool_name_str(name) != "kv"}
+
+
+class WriteVisibleBeforeItsBytes(ReferenceStorage):
+    """Every write publishes the page first, zero-filled, and its bytes a moment later
+    (an object store that creates the key before the upload lands, a file written in
+    place): a read that runs while a backup writes the same page gets a torn page.
+    Sequential tests cannot see it; SGLang's own threads do."""
+
+    FAILS: ClassVar[str] = "test_sglang_threads_no_torn_page_no_lost_write"
+    PATHS: ClassVar[tuple[str, ...]] = ()
+
+    def _put(self, pool_name: str, key: str, data: bytes) -> bool:
+        slot = self._slot(pool_name, key, self._pool(pool_name))
+        with _LOCK:
+            _STORE[slot] = bytes(len(data))
+        time.sleep(0.002)
+        with _LOCK:
+            _STORE[slot] = data
+        return True
