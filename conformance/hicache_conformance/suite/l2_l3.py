@@ -249,7 +249,9 @@ class ConcurrencyTests(SuiteBase):
         """Every acknowledged write reads back whole (unless the backend may evict)."""
         lost = [k[:12] for k in sorted(written) if self.read(att, [k], 250) != [expected[k]]]
         if not self.capabilities_of().eviction:
-            assert not lost, f"{len(lost)} acknowledged writes lost (read back other bytes or none): {lost[:5]}"
+            assert not lost, (
+                f"{len(lost)} acknowledged writes lost (read back other bytes or none): {lost[:5]}"
+            )
 
     @level(3)
     @requires("shared_across_processes")
