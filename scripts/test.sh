@@ -56,6 +56,9 @@ if [ "$quick" = 1 ]; then
     exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" tests backends/file/tests
 fi
 
+echo "== test ids: every 0.1.0 test is still here, renamed or removed with a reason (tests/ids)"
+.venv/bin/python scripts/compare_test_ids.py
+
 echo "== without a C compiler, and the core tests (scripts/nocompiler_check.sh, alongside the next steps)"
 start nocc_log nocc_pid scripts/nocompiler_check.sh -p no:cacheprovider -n 2
 # The core tests (tests/) run once, in the no-compiler install above; here only the kit's,
