@@ -149,11 +149,7 @@ class ConcurrencyTests(SuiteBase):
         a call that raises is what SGLang makes of it: a batch of no hits, a backup that
         stops). While they overlap on the same keys, no page SGLang commits may be torn or
         foreign, and no page a backup completed may be lost."""
-        case = PoolCase()
-        att = self.attach(backend_factory(storage_config=self.storage_config_for(case)), case)
-        keys = self.keys(backend_factory.namespace, "sgl-threads", 12)
-        nbytes = len(P._as_bytes(att.kv.get_dummy_flat_data_page()))
-        expected = {k: P.pattern(k, nbytes) for k in keys}
+        att, keys, expected = self._twelve_pages(backend_factory, "sgl-threads")
         written: set[str] = set()
         problems: list[str] = []
         lock = threading.Lock()
@@ -224,11 +220,7 @@ class ConcurrencyTests(SuiteBase):
         "other callers sharing one instance (a server, a benchmark), and then no page may tear"
     )
     def test_threads_mixing_ops_no_torn_page_no_lost_write(self, backend_factory: BackendFactory) -> None:
-        case = PoolCase()
-        att = self.attach(backend_factory(storage_config=self.storage_config_for(case)), case)
-        keys = self.keys(backend_factory.namespace, "conc", 12)
-        nbytes = len(P._as_bytes(att.kv.get_dummy_flat_data_page()))
-        expected = {k: P.pattern(k, nbytes) for k in keys}
+        att, keys, expected = self._twelve_pages(backend_factory, "conc")
         written: set[str] = set()
         problems: list[str] = []
         lock = threading.Lock()
@@ -249,6 +241,16 @@ class ConcurrencyTests(SuiteBase):
 
         self._run_threads([lambda t=t: worker(t) for t in range(self.threads)], problems)
         self._no_lost_write(att, written, expected)
+
+    def _twelve_pages(
+        self, backend_factory: BackendFactory, label: str
+    ) -> tuple[Any, list[str], dict[str, bytes]]:
+        """A backend attached to the default pool case, 12 keys, and each key's page bytes."""
+        case = PoolCase()
+        att = self.attach(backend_factory(storage_config=self.storage_config_for(case)), case)
+        keys = self.keys(backend_factory.namespace, label, 12)
+        nbytes = len(P._as_bytes(att.kv.get_dummy_flat_data_page()))
+        return att, keys, {k: P.pattern(k, nbytes) for k in keys}
 
     @staticmethod
     def _run_threads(bodies: list[Any], problems: list[str]) -> None:
