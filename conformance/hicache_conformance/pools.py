@@ -65,7 +65,7 @@ SMALL = Geometry()
 #: ``2 * 8 * 128 * 2`` layers, MLA ``(1020 + 4) * 2``, SWA ``2 * 8 * 128``, indexer
 #: ``1024 * 2`` elements per token, each at least 2 bytes): what a backend that moves pages
 #: with O_DIRECT needs, as real model pages are.
-BLOCK = Geometry(head_num=8, head_dim=128, kv_lora_rank=1020, qk_rope_head_dim=4, index_dim=1024, pages=300)
+BLOCK = Geometry(head_num=8, head_dim=128, kv_lora_rank=1020, qk_rope_head_dim=4, index_dim=1024)
 #: ``--geometry`` names.
 GEOMETRIES: dict[str, Geometry] = {"small": SMALL, "block": BLOCK}
 _geometry = {"current": SMALL}

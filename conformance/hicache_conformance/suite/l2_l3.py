@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -202,16 +202,17 @@ class ConcurrencyTests(SuiteBase):
 
         self._run_threads([backup, prefetch_io, prefetch_query], problems)
         ctl = self.controller(att)
-        lost = []
-        for k in sorted(written):
+
+        def prefetched(k: str) -> bool:
             P.zero_page(att.kv, 250)
-            if ctl.prefetch([k], 250) != 1 or P.page_bytes(att.kv, 250) != expected[k]:
-                lost.append(k[:12])
-        if not self.capabilities_of().eviction:
-            assert not lost, (
-                f"{len(lost)} pages a backup completed are lost (SGLang's prefetch reads other bytes or "
-                f"none): {lost[:5]}\n{ctl.story()}"
-            )
+            return ctl.prefetch([k], 250) == 1 and P.page_bytes(att.kv, 250) == expected[k]
+
+        self._no_lost_write(
+            written,
+            prefetched,
+            "pages a backup completed are lost (SGLang's prefetch reads other bytes or none)",
+            ctl.story,
+        )
 
     @level(3)
     @strict_only(
@@ -240,7 +241,11 @@ class ConcurrencyTests(SuiteBase):
                 att.backend.batch_exists(chunk)
 
         self._run_threads([lambda t=t: worker(t) for t in range(self.threads)], problems)
-        self._no_lost_write(att, written, expected)
+        self._no_lost_write(
+            written,
+            lambda k: self.read(att, [k], 250) == [expected[k]],
+            "acknowledged writes lost (read back other bytes or none)",
+        )
 
     def _twelve_pages(
         self, backend_factory: BackendFactory, label: str
@@ -275,13 +280,18 @@ class ConcurrencyTests(SuiteBase):
             t.join()
         assert not problems, "\n".join(problems[:5])
 
-    def _no_lost_write(self, att: Any, written: set[str], expected: dict[str, bytes]) -> None:
-        """Every acknowledged write reads back whole (unless the backend may evict)."""
-        lost = [k[:12] for k in sorted(written) if self.read(att, [k], 250) != [expected[k]]]
+    def _no_lost_write(
+        self,
+        written: set[str],
+        reads_back: Callable[[str], bool],
+        what: str,
+        story: Callable[[], str] = lambda: "",
+    ) -> None:
+        """Every written key ``reads_back`` whole (unless the backend may evict)."""
+        lost = [k[:12] for k in sorted(written) if not reads_back(k)]
         if not self.capabilities_of().eviction:
-            assert not lost, (
-                f"{len(lost)} acknowledged writes lost (read back other bytes or none): {lost[:5]}"
-            )
+            more = story()
+            assert not lost, f"{len(lost)} {what}: {lost[:5]}" + (f"\n{more}" if more else "")
 
     @level(3)
     @requires("shared_across_processes")
