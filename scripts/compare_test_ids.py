@@ -11,7 +11,8 @@ A 0.1.0 id counts as kept when, in this order:
 * its parameters gained SGLang's I/O path in front (``[X]`` became ``[generic-X]``,
   ``[v1-X]`` or ``[v2-X]``; ``test`` became ``test[generic]``): the suite certifies each path;
 * it was one implementation of a pair whose other one went with the C (its parameters
-  without ``python`` / ``py`` / ``lock`` name a current test);
+  without ``python`` / ``py`` / ``lock`` / ``native`` / ``runner`` name a current test, or
+  ``native`` became ``py``);
 * ``changes.txt`` maps it (a glob) to a current id, or says why it was removed.
 """
 
@@ -49,7 +50,8 @@ def collect() -> list[str]:
     return sorted(line.strip() for line in out.splitlines() if "::" in line)
 
 
-def load_changes(path: Path) -> list[tuple[str, str]]:
+def load_changes(path: Path) -> list[tuple[re.Pattern[str], str]]:
+    """``(OLD as a pattern, NEW)`` for each rule of ``changes.txt``."""
     rules = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip() or line.startswith("#"):
@@ -57,7 +59,7 @@ def load_changes(path: Path) -> list[tuple[str, str]]:
         old, sep, new = line.partition(" => ")
         if not sep:
             raise SystemExit(f"{path}:{n}: expected 'OLD => NEW' or 'OLD => removed: WHY'")
-        rules.append((old.strip(), new.strip()))
+        rules.append((_glob(old.strip()), new.strip()))
     return rules
 
 
@@ -74,7 +76,7 @@ def _split(test_id: str) -> tuple[str, str, str | None]:
 
 
 def classify(
-    base: list[str], now: list[str], rules: list[tuple[str, str]]
+    base: list[str], now: list[str], rules: list[tuple[re.Pattern[str], str]]
 ) -> tuple[Counter[str], list[str], list[str]]:
     """``(counts by how each 0.1.0 id was kept, unaccounted ids, problems in the rules)``."""
     current = set(now)
@@ -106,7 +108,7 @@ def classify(
                 if single in current or twin in current:
                     counts["one implementation left"] += 1
                     continue
-        rule = next((new for old, new in rules if _glob(old).fullmatch(b)), None)
+        rule = next((new for old, new in rules if old.fullmatch(b)), None)
         if rule is None:
             missing.append(b)
         elif rule.startswith("removed:"):
