@@ -9,7 +9,9 @@
 * :mod:`.negative` -- :class:`NegativeCache`, objects reported present whose read failed,
   answered absent for a short TTL;
 * :mod:`.batches` -- :func:`first_occurrences` (a name given twice: the first copy wins);
-* :mod:`.cancel` -- :class:`CancelToken`, for cancellable (zero-copy with deadlines) transports.
+* :mod:`.cancel` -- :class:`CancelToken`, for cancellable (zero-copy with deadlines) transports;
+* :mod:`.aio` -- :class:`EventLoopThread`, an asyncio-only client library under the
+  synchronous transport contract (one event loop thread per transport).
 
 Size and duration parsing lives in the config (:func:`hicache_sdk.config.setting` with
 ``unit="bytes"`` / ``"seconds"``); capabilities are stated once through
@@ -19,6 +21,7 @@ Size and duration parsing lives in the config (:func:`hicache_sdk.config.setting
 from __future__ import annotations
 
 from ..transport import FailureReasons
+from .aio import EventLoopThread
 from .batches import first_occurrences
 from .cancel import CancelToken
 from .existence import CachedExistence
@@ -29,6 +32,7 @@ from .segments import coalesce, copy_runs, gather, memoryviews, scatter, total_b
 __all__ = [
     "CachedExistence",
     "CancelToken",
+    "EventLoopThread",
     "FailureReasons",
     "FanOut",
     "NegativeCache",
