@@ -55,6 +55,7 @@ def _env() -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))}
 
 
+@pytest.mark.slow
 def test_hicache_check_certifies_the_example_at_levels_l0_to_l4(server: RedisServer) -> None:
     config = {"url": server.url, "key_prefix": "aredis-check:"}
     res = run_check(REF, config, "--level", "L0,L1,L2,L3,L4", "--matrix", "minimal", env=_env())
@@ -75,6 +76,7 @@ def test_hicache_check_certifies_the_example_at_levels_l0_to_l4(server: RedisSer
         assert verified[cap] == "verified", (cap, verified)
 
 
+@pytest.mark.slow
 def test_l4_faults_pass_through_the_test_file_route(tmp_path: Path) -> None:
     report = tmp_path / "l4.json"
     proc = subprocess.run(
@@ -108,8 +110,11 @@ def test_round_trip_names_and_a_bad_url(server: RedisServer) -> None:
     from hicache_sdk import ConfigError
 
     before = _threads()
-    with pytest.raises(ConfigError, match="url"):
+    with pytest.raises(ConfigError, match="url: the scheme must be one of redis, rediss, unix"):
         AsyncRedisTransport(AsyncRedisConfig(url="http://127.0.0.1:1/0"))
+    with pytest.raises(ConfigError, match="url: Port could not be cast") as ei:  # refused by redis-py
+        AsyncRedisTransport(AsyncRedisConfig(url="redis://u:sekret@127.0.0.1:notaport/0"))
+    assert "sekret" not in str(ei.value)
     assert _threads() == before  # a refused config leaves no loop thread
     t = AsyncRedisTransport(AsyncRedisConfig(url=server.url, key_prefix="aredis-unit:"))
     try:
@@ -172,7 +177,7 @@ def test_close_with_calls_in_flight_returns_within_2_s_and_leaves_no_thread(froz
     callers = [threading.Thread(target=call, args=(i,), name=f"caller-{i}") for i in range(4)]
     for c in callers:
         c.start()
-    time.sleep(0.3)  # connected, waiting for replies that do not come 
+    time.sleep(0.3)  # connected, waiting for replies that do not come
     assert all(c.is_alive() for c in callers)
     t0 = time.monotonic()
     t.close()
@@ -234,7 +239,7 @@ def test_a_cancel_token_ends_a_read_at_once(frozen: Freezable) -> None:
         AsyncRedisConfig(url=frozen.url, op_timeout_s=30, exists_timeout_s=0, transfer_timeout_s=0)
     )
     try:
-        src, segs = _page(16, 5)
+        _src, segs = _page(16, 5)  # _src keeps the memory of segs alive
         assert t.write(["k"], [segs]) == [True]
         frozen.freeze()
         dst, dsegs = _page(16)
@@ -250,3 +255,23 @@ def test_a_cancel_token_ends_a_read_at_once(frozen: Freezable) -> None:
         assert not dst.any()
     finally:
         t.close()
+
+
+def test_an_unreachable_server_is_no_construction_error_and_the_same_object_recovers() -> None:
+    from _redis_servers import free_port
+    from async_redis_backend import AsyncRedisConfig, AsyncRedisTransport
+
+    port = free_port()
+    t = AsyncRedisTransport(AsyncRedisConfig(url=f"redis://127.0.0.1:{port}/0", op_timeout_s=1.0))
+    srv = RedisServer()
+    srv.port = port
+    try:
+        assert t.health() is False
+        with pytest.raises((OSError, *AsyncRedisTransport.io_errors)):  # refused: an I/O failure
+            t.exists(["a"])
+        srv.start()
+        assert t.health() is True
+        assert t.exists(["a"]) == [None]
+    finally:
+        t.close()
+        srv.close()
