@@ -1,7 +1,9 @@
 """The docs point at what exists: every relative link in docs/ and README.md names a file or
 folder of the repository (and, for ``page.md#anchor``, a heading or ``<a id>`` of that page),
 so does every repository path they quote in prose (``hicache_sdk/memory.py``), and every ``hicache ...`` command line in their code blocks parses with the CLI's own parser
-(``hicache check`` with the conformance suite's, ``hicache bench`` with the bench command's).
+(``hicache check`` with the conformance suite's, ``hicache bench`` with the bench command's),
+and every ``python SCRIPT.py --flag ...`` of the repository's scripts uses only flags that
+script defines.
 
 Only the parsing is checked, never a run: placeholders such as ``NAME`` or ``@ci.json`` are
 plain values to argparse, a bare ``...`` (an elision of options) is dropped, and an optional
@@ -9,6 +11,7 @@ part of a synopsis (``[--out r.json]``) is parsed as if given."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import re
@@ -149,6 +152,41 @@ def stale_paths(page: Path) -> list[str]:
     return problems
 
 
+_SCRIPT_RUN = re.compile(
+    r"(?:^|[`\s])(?:\.venv/bin/)?python3? ((?:[\w.-]+/)*[\w.-]+\.py)((?: [^`\n]*)?)", re.M
+)
+
+
+def script_flags(script: Path) -> set[str]:
+    """The option strings a script's argparse setup defines (read from its source)."""
+    flags = {"-h", "--help"}
+    for node in ast.walk(ast.parse(script.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            flags.update(
+                a.value
+                for a in node.args
+                if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")
+            )
+    return flags
+
+
+def unknown_script_flags(page: Path) -> list[str]:
+    """Each ``python SCRIPT.py ...`` in ``page`` (prose or code) that passes a flag its
+    script (a file of this repository) does not define."""
+    problems = []
+    text = page.read_text(encoding="utf-8")
+    for m in _SCRIPT_RUN.finditer(text):
+        script = ROOT / m.group(1)
+        if not script.is_file():
+            continue
+        given = {w.split("=", 1)[0] for w in m.group(2).split() if re.match(r"--?[A-Za-z]", w)}
+        unknown = sorted(given - script_flags(script))
+        if unknown:
+            line = text.count("\n", 0, m.start()) + 1
+            problems.append(f"{page.relative_to(ROOT)}:{line}: {m.group(1)}: no option {', '.join(unknown)}")
+    return problems
+
+
 def command_lines(page: Path) -> Iterator[Line]:
     """Each ``hicache`` / ``hicache-conformance`` command in the shell code blocks of
     ``page``, continuation lines (a trailing ``\\``, an open quote) joined."""
@@ -243,6 +281,12 @@ def test_quoted_paths_exist(page: Path) -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_documented_script_flags_exist(page: Path) -> None:
+    problems = unknown_script_flags(page)
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("line", COMMANDS, ids=Line.where)
 def test_documented_command_parses(line: Line) -> None:
     error = parse_command(_words(line.text))
@@ -278,7 +322,8 @@ def test_the_checks_catch_what_is_wrong(tmp_path: Path, monkeypatch: pytest.Monk
         "```bash\nhicache ping NAME --config '{\"a\":\n  1}' --pages 4\nhicache ping NAME --no-such-flag\n"
         "hicache check NAME --matrix huge\nhicache bench plot a.json\nhicache bench file ... [--out r.json]\n```\n"
         "```python\nhicache --bogus\n```\n"
-        "`b.md` `docs/results/NAME.json` `backends/*/` `tests/gone.py::test_x` `scripts/gone.sh`\n",
+        "`b.md` `docs/results/NAME.json` `backends/*/` `tests/gone.py::test_x` `scripts/gone.sh`\n"
+        "`python tool.py --out x --no-such 1` `python tool.py --help` `python elsewhere.py --x`\n",
         encoding="utf-8",
     )
     problems = broken_links(page)
@@ -291,6 +336,10 @@ def test_the_checks_catch_what_is_wrong(tmp_path: Path, monkeypatch: pytest.Monk
         "tests/gone.py: no such path",
         "scripts/gone.sh: no such path",
     ]
+    (tmp_path / "tool.py").write_text(
+        "import argparse\nap = argparse.ArgumentParser()\nap.add_argument('--out', '-o')\n", encoding="utf-8"
+    )
+    assert [p.split(": ", 1)[1] for p in unknown_script_flags(page)] == ["tool.py: no option --no-such"]
     lines = list(command_lines(page))
     assert [ln.number for ln in lines] == [5, 7, 8, 9, 10]
     errors = [parse_command(_words(ln.text)) for ln in lines]
