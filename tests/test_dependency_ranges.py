@@ -135,9 +135,10 @@ def test_the_suite_reports_its_own_version() -> None:
     ids=lambda p: str(p.relative_to(ROOT)),
 )
 def test_sdk_range_is_the_api_it_uses(pyproject: Path) -> None:
-    """The suite and the backends use the 0.2 layout (``hicache_sdk.kit``, ``.memory``,
-    ``.config``, ``PagedStorage.transport_cls``): their range admits this release, none
-    before 0.2, and no next minor release (whose internals may move)."""
+    """The suite and the backends import modules that 0.2 moved or added
+    (``hicache_sdk.memory``, ``hicache_sdk.config.values``, ``hicache_sdk.sglang.versions``):
+    their range admits this release, none before 0.2, and no next minor release (whose
+    internals may move)."""
     (sdk,) = [Requirement(r) for r in _requirements(pyproject) if Requirement(r).name == "hicache-sdk"]
     current = Version(hicache_sdk.__version__)
     assert current in sdk.specifier, (str(sdk), current)
