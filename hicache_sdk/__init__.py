@@ -41,7 +41,7 @@ from .spec import (
 )
 from .transport import SIZE_UNKNOWN, Segment, Segments, Transport, TransportError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _compat.install()  # the modules 0.2.0 moved still import under their old names (deprecated)
 

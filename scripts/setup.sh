@@ -23,11 +23,12 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
-# torch first, pinned by constraints.txt (an unpinned torch would pull a multi-GB CUDA build).
-"${PIP[@]}" install -c constraints.txt torch==2.13.0 numpy
+# Every version comes from constraints.txt. torch first (an unpinned torch would pull a
+# multi-GB CUDA build).
+"${PIP[@]}" install -c constraints.txt torch numpy
 "${PIP[@]}" install -c constraints.txt -r requirements-dev.txt
 # s3 backend: boto3, and moto_server (a real S3-protocol server) for its tests and benchmark.
-"${PIP[@]}" install -c constraints.txt "boto3==1.44.8" "moto[server]==5.2.5"
+"${PIP[@]}" install -c constraints.txt boto3 "moto[server]"
 "${PIP[@]}" install -c constraints.txt -e . -e backends/file -e backends/redis -e conformance \
     -e "backends/mooncake[cpu]"
 "${PIP[@]}" install -c constraints.txt --no-deps -e backends/s3

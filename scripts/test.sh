@@ -48,6 +48,9 @@ fi
 echo "== ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+echo "== import contracts and dead code (lint-imports, vulture; pyproject.toml)"
+.venv/bin/lint-imports --no-logo
+.venv/bin/vulture
 echo "== mypy (strict, hicache_sdk)"
 .venv/bin/mypy
 

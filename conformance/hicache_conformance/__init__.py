@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .capabilities import level, requires
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
     "BackendSuite": ".suite",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .capabilities import LEVELS
@@ -64,11 +64,6 @@ class Outcome:
     suite_class: str = ""
     #: The first bug the backend recorded during the test (site, error, message, traceback).
     bug: dict[str, str] | None = None
-
-
-@dataclass
-class Collected:
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
 
 
 def backend_distribution(cls: Any) -> tuple[str | None, str | None]:

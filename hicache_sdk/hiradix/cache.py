@@ -265,7 +265,3 @@ class CacheState:
 
 class CallAbandoned(TimeoutError):
     """A bounded backend call outlived ``io_timeout_s`` (it still runs; its slots are held)."""
-
-
-def node_pages(nodes: list[TreeNode]) -> int:
-    return len(nodes)

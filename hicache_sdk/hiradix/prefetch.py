@@ -44,7 +44,6 @@ class Prefetcher(PrefetchIO):
         self.tokens_occupied = 0
         self._hits: list[PrefetchOp] = []
         self._hits_lock = threading.Lock()
-        self.loaded_from_storage = 0
         self.retries = Retries(state.config)
         self.quarantine_ops: set[PrefetchOp] = set()  # ops holding quarantined slots (under host_lock)
         #: per request, the host nodes its last prefetch filled from L3 (admission settles them)
@@ -349,7 +348,6 @@ class Prefetcher(PrefetchIO):
         tr = s.counters.trace(op.req_id)
         tr.host_filled_tokens = done
         tr.loaded_from_storage_tokens = loaded
-        self.loaded_from_storage += loaded
         self._release(op)
 
     def _commit_side(self, op: PrefetchOp, nodes: list[TreeNode]) -> None:

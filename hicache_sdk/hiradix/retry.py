@@ -34,7 +34,6 @@ class Retries:
     def __init__(self, config: Any) -> None:
         self.cfg = config
         self._s: dict[str, RetryState] = {}
-        self.armed_total = 0
         self.reissued_total = 0
 
     def arm(self, req_id: str) -> bool:
@@ -44,7 +43,6 @@ class Retries:
             r.due = None
             return False
         r.due = r.passes + self.cfg.prefetch_retry_poll_interval
-        self.armed_total += 1
         return True
 
     def pending(self, req_id: str) -> bool:

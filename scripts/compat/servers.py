@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -111,16 +110,6 @@ class WeedMini:
                 p.kill()
                 p.wait(5)
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _wait_http(url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(url, timeout=0.5).close()
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"{url} did not answer in {timeout:g} s")
 
 
 class Servers:

@@ -19,7 +19,8 @@ _ORDINAL = (
 )
 FORBIDDEN = {
     "a work session": re.compile(rf"\b(?:{_ORDINAL}) sessions?\b", re.I),
-    "our own issue numbers": re.compile(r"\b(?:issue|task|ticket)s? #?\d+\b|\(issue\b", re.I),  # upstream: below
+    # (an upstream project's issue number is allowed: _UPSTREAM below)
+    "our own issue numbers": re.compile(r"\b(?:issue|task|ticket)s? #?\d+\b|\(issue\b", re.I),
     "machines lent": re.compile(r"\blent\b|\bGPU was (?:not )?available\b", re.I),
     "the machine a figure ran on": re.compile(
         r"\b(?:this|that|another) (?:machine|VM)\b|\bVMs?\b|\bvCPUs?\b|\ban? (?:AMD|Intel)\b", re.I

@@ -190,11 +190,6 @@ class FileTransport(ReadPath, WritePath, Transport):
         name. No I/O."""
         check_names(names, "names")
 
-    def path_of(self, name: str) -> str:
-        """The absolute path of object ``name`` (validated)."""
-        check_names([name], "name")
-        return os.path.join(self.root, name)
-
     # ------------------------------------------------------------------ exists
 
     def exists(self, keys: Sequence[str]) -> list[int | None]:

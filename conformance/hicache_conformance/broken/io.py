@@ -71,7 +71,7 @@ class _Hang(FaultyTransport):
 
 
 _HANG_CLS: Any
-_HANG_CLS, HANG_HOOKS = memory_with_faults(MemoryStorage)
+_HANG_CLS, _ = memory_with_faults(MemoryStorage)
 _HANG_STATE = FaultState()
 
 

@@ -1,0 +1,81 @@
+"""The dead-code rule's allow-list (``vulture``, configured in pyproject.toml): names that no
+code of this repository uses, kept because something outside it does. Each group says who.
+
+Vulture reads this file, never runs it: a name written here counts as used. Add a name only
+with its reason; code that nothing uses at all is deleted, not listed."""
+
+# ruff: noqa: B018, F821
+
+# Public API: the contract's names, as SGLang defines them (hicache_sdk.spec), and the fields
+# of public results and configs that users read.
+PoolName.AUXILIARY_SWA
+PoolName.DEEPSEEK_V4_C1
+PoolName.DEEPSEEK_V4_C1_INDEXER
+PoolName.DEEPSEEK_V4_C1_INDEXER_SCALE
+PoolName.DEEPSEEK_V4_C2
+PoolName.DEEPSEEK_V4_C2_INDEXER
+PoolName.DEEPSEEK_V4_C2_INDEXER_SCALE
+PoolName.DEEPSEEK_V4_C4
+PoolName.DEEPSEEK_V4_C4_INDEXER
+PoolName.DEEPSEEK_V4_C4_INDEXER_SCALE
+PoolName.DEEPSEEK_V4_C128
+PoolName.DEEPSEEK_V4_C4_ROPE
+PoolName.DEEPSEEK_V4_C128_ROPE
+PoolName.DEEPSEEK_V4_C4_STATE
+PoolName.DEEPSEEK_V4_C4_INDEXER_STATE
+PoolName.DEEPSEEK_V4_C128_STATE
+PoolName.DRAFT_INDEXER
+PoolName.DRAFT_SWA
+PoolTransfer.device_indices
+PoolTransfer.nodes_to_load
+Capabilities.fault_injection
+Trace.loaded_from_storage_tokens  # hiradix: Engine.explain()
+FailureReasons.unbind  # hicache_sdk.transport: a transport's failure sink
+ContractProfile.zero_copy_backends  # hicache_sdk.sglang.versions: facts of the release
+ContractProfile.file_dir_extra_key
+
+# SGLang's duck-typed surfaces: attributes SGLang's code reads on our host pools, and on its
+# own objects where the suite builds them.
+MHAHostPool.start_layer  # and MLAHostPool's
+MHAHostPool.end_layer
+MHAHostPool.layout_dim
+IndexerHostPool.indexer_page_num
+RankGroup.world_size
+# conformance/hicache_conformance/sglang_path.py: SGLang's own HiCacheController and
+# PrefetchOperation, set up the way SGLang sets them up.
+HiCacheController.storage_host_pool
+HiCacheController.prefetch_sync_queue
+HiCacheController.page_get_func
+HiCacheController.page_set_func
+PrefetchOperation.hash_value
+
+# Python protocols that call by name: file objects (boto3 reads segio's), import finders,
+# numpy's flags, pytest's collection switch, signal and context-manager signatures.
+SegmentReader.seekable
+SegmentReader.tell
+create_module
+_.flags.writeable
+_.__test__
+_.__path__
+__call__
+signum
+frame
+exc_type
+exitstatus
+
+# Found by name, never imported: hooks looked up with getattr, ``module:Class`` strings,
+# entry points, code the tests generate, a lock read through ``__dict__``, a flag set on an
+# outside module.
+deadline_passed  # hicache_sdk.kit.negative asks the resilience wrapper for it
+hooks_for  # conformance/tests/suite_runs.py writes a module that calls it
+_close_lock  # hicache_sdk.sglang.bridge: self.__dict__.get("_close_lock")
+TESTING_DISABLE_PIN_MEMORY  # scripts/compat: set on SGLang's module
+BuggyReads  # conformance/tests: "reporting_backends:BuggyReads"
+FlakyStores
+BrokenStorage  # tests/registry/fixtures: entry points
+NotAStorage
+
+# Classes whose definition is the test (it must raise, or register itself).
+Bad
+CountingClose
+_NeedsAnArgument
