@@ -87,7 +87,9 @@ def test_l4_faults_pass_through_the_test_file_route(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     tests = json.loads(report.read_text())["tests"]
-    passed = sorted(name.split("::")[-1].split("[")[0] for name, t in tests.items() if t["outcome"] == "passed")
+    passed = sorted(
+        name.split("::")[-1].split("[")[0] for name, t in tests.items() if t["outcome"] == "passed"
+    )
     assert set(passed) == {
         "test_calls_bounded_while_service_down",
         "test_calls_bounded_while_service_slow",
@@ -202,7 +204,12 @@ def test_a_transfer_ends_at_its_deadline_against_a_frozen_server(frozen: Freezab
     from hicache_sdk import HiCacheStorageConfig, MHAHostPool
 
     cfg = HiCacheStorageConfig(
-        extra_config={"url": frozen.url, "transfer_timeout_s": 0.3, "op_timeout_s": 30, "breaker_failures": 100}
+        extra_config={
+            "url": frozen.url,
+            "transfer_timeout_s": 0.3,
+            "op_timeout_s": 30,
+            "breaker_failures": 100,
+        }
     )
     storage = AsyncRedisStorage(cfg, {})
     try:
