@@ -65,7 +65,7 @@ from ..kit.batches import count_is
 from ..kit.cancel import CancelToken
 from ..kit.segments import copy_runs
 from ..metrics.backend import Metrics
-from ..transport import Segments, Transport, is_io_error
+from ..transport import DeadlineScoped, Segments, SizedTransfer, Transport, is_io_error
 from .breaker import CircuitBreaker
 from .deadline import Call, DeadlineRunner
 from .inject import FailureInjector
@@ -107,7 +107,7 @@ class _Scope:
         self._local.end = self._prev
 
 
-class ResilientTransport(Transport):
+class ResilientTransport(Transport, DeadlineScoped, SizedTransfer):
     """``inner`` with the policies ``policies`` (a :class:`~.policies.Resilience`, or a config
     with the shared keys, read by :meth:`Resilience.from_config`) around it; see the module
     docs. :func:`hicache_sdk.resilience.wrap_transport` builds one.
