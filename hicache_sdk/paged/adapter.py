@@ -46,7 +46,7 @@ from ..config import BackendConfig
 from ..errors import ConfigError
 from ..keys.scheme_base import KeyScheme
 from ..metrics.backend import Metrics
-from ..resilience import Resilience, wrap_transport
+from ..resilience import FailureInjector, Resilience, wrap_transport
 from ..spec import (
     HiCacheStorage,
     HiCacheStorageConfig,
@@ -170,7 +170,10 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             from ..kit.existence import CachedExistence
 
             inner = CachedExistence(inner, ttl)
-        self.transport: Transport = wrap_transport(inner, self.create_resilience(), self.metrics)
+        injector = FailureInjector.from_env() if getattr(self.config, "inject_failures", False) else None
+        self.transport: Transport = wrap_transport(
+            inner, self.create_resilience(), self.metrics, injector=injector
+        )
         if getattr(self.config, "negative_cache_ttl_s", 0):  # outermost: an abandoned read counts at once
             from ..kit.negative import NegativeCache
 

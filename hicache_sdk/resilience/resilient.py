@@ -166,7 +166,9 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer):
         metrics.gauge("exists_breaker_state", self._exists_breaker.state)
         metrics.gauge("abandoned_calls", 0)
         self._runner = DeadlineRunner(
-            p.staging.callers + p.deadline.max_abandoned + 1, on_abandon_change=self._on_abandon_change
+            p.staging.callers + p.deadline.max_abandoned + 1,
+            on_abandon_change=self._on_abandon_change,
+            follow_caller_cpu=p.deadline.follow_caller_cpu,
         )
         self._staging = StagingPool(
             p.staging.capacity,
