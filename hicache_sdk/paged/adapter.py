@@ -201,7 +201,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         """The resilience policies around the transport (deadline, breaker, staging,
         retry): by default the shared config keys' (:meth:`Resilience.from_config`), with no
         retry. Override to inject others, e.g. ``dataclasses.replace(super().create_resilience(),
-        retry=Retry(2, ExponentialBackoff()))``."""
+        retry=Retry(ExponentialBackoff(), 2))``."""
         return Resilience.from_config(self.config)
 
     @classmethod

@@ -21,7 +21,7 @@ Example, a backend that retries twice with exponential back-off::
         def create_resilience(self) -> Resilience:
             return dataclasses.replace(
                 Resilience.from_config(self.config),
-                retry=Retry(2, ExponentialBackoff(base_s=0.01, cap_s=0.1)),
+                retry=Retry(ExponentialBackoff(base_s=0.01, cap_s=0.1), 2),
             )
 """
 
