@@ -285,6 +285,13 @@ class Transport(ABC):
         """A cheap liveness probe used by the circuit breaker's half-open state."""
         return True
 
+    def io_error_types(self) -> tuple[type[BaseException], ...]:
+        """The exception types that mean an I/O failure in this transport: its
+        :attr:`io_errors`; a wrapper (:class:`~hicache_sdk.kit.wrapping.WrappingTransport`)
+        adds those of the transport it wraps, so that a wrapper that does not restate them
+        never turns them into bugs."""
+        return tuple(self.io_errors)
+
     def offers(self, feature: type[F]) -> F | None:
         """This transport as ``feature`` (a feature interface: :class:`DeadlineScoped`,
         :class:`SizedTransfer`) when it offers it, else ``None``. A transport offers the

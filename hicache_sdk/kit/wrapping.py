@@ -39,6 +39,9 @@ class WrappingTransport(Transport):
     def inner(self) -> Transport:
         return self._inner
 
+    def io_error_types(self) -> tuple[type[BaseException], ...]:
+        return tuple(dict.fromkeys((*self.io_errors, *self._inner.io_error_types())))
+
     def offers(self, feature: type[F]) -> F | None:
         own = super().offers(feature)
         if own is not None or feature not in self.passes_on:

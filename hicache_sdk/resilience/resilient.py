@@ -144,7 +144,7 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer):
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.max_segments = inner.max_segments  # type: ignore[misc]
         self.failures = inner.failures
-        self._io_errors = _io_errors_of(inner)
+        self._io_errors = inner.io_error_types()
         self.io_errors = self._io_errors  # type: ignore[misc]
         self._metrics = metrics
         self._injector = injector
@@ -670,19 +670,6 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer):
         except RuntimeError:
             pass
         self._runner.shutdown()
-
-
-def _io_errors_of(transport: Transport) -> tuple[type[BaseException], ...]:
-    """The ``io_errors`` of ``transport`` and of every transport it wraps (``inner``): a
-    wrapper that does not restate its inner transport's must not turn them into bugs."""
-    out: list[type[BaseException]] = []
-    seen: set[int] = set()
-    t: object = transport
-    while t is not None and id(t) not in seen:
-        seen.add(id(t))
-        out += getattr(t, "io_errors", ())
-        t = getattr(t, "inner", None)
-    return tuple(dict.fromkeys(out))
 
 
 def _answers(fn: Callable[..., list[Any]], keys: Sequence[str], *args: Any, **kw: Any) -> list[Any]:

@@ -79,3 +79,29 @@ def test_a_wrapper_states_what_it_passes_on() -> None:
     finally:
         r.close()
         drop_store(t.store_name)
+
+
+def test_io_error_types_are_asked_of_the_wrapper() -> None:
+    """A wrapper answers with its own ``io_errors`` and those of the transport it wraps, so a
+    wrapper that does not restate them never turns the inner client's failures into bugs."""
+
+    class ClientError(Exception):
+        pass
+
+    class Declaring(MemoryTransport):
+        io_errors: ClassVar[tuple[type[BaseException], ...]] = (ClientError,)
+
+    class Forgetful(CachedExistence):
+        io_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+
+    t = Declaring(f"features-{uuid.uuid4().hex}")
+    try:
+        assert t.io_error_types() == (ClientError,)
+        f = Forgetful(t, 5.0)
+        f.io_errors = (TimeoutError,)  # type: ignore[misc]
+        assert f.io_error_types() == (TimeoutError, ClientError)
+        r = wrap_transport(f, BackendConfig(), Metrics(), injector=FailureInjector())
+        assert r.io_error_types() == (TimeoutError, ClientError)  # the resilience layer asked it
+        r.close()
+    finally:
+        drop_store(t.store_name)
