@@ -204,9 +204,9 @@ class BackendConfig:
       read failed are answered absent this long (``0`` off); see ``docs/transport-kit.md``.
     * ``inject_failures`` [False]: tests only. Read the failure-injection variables
       (``HICACHE_INJECT_DELAY_S``, ``HICACHE_INJECT_FAILURE_RATE``, ...) when the backend is
-      built; without it nothing reads them (``HICACHE_INJECT_FAILURES=1`` opts in too).
+      built; without it nothing reads them.
     * ``follow_caller_cpu`` [False]: wake a call's worker thread on the caller's CPU (Linux;
-      see ``docs/resilience.md``, Workers; ``HICACHE_FOLLOW_CPU=1`` opts in too).
+      see ``docs/resilience.md``, Workers). Off, no thread's CPU affinity is changed.
     """
 
     env_prefix: ClassVar[str] = ""
