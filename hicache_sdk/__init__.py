@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import _compat
 from .capabilities import Capabilities
 from .config import BackendConfig, parse_config_arg, secret_field, setting
 from .errors import (
@@ -42,8 +41,6 @@ from .spec import (
 from .transport import SIZE_UNKNOWN, Segment, Segments, Transport, TransportError
 
 __version__ = "0.2.0"
-
-_compat.install()  # the modules 0.2.0 moved still import under their old names (deprecated)
 
 # name -> module that defines it; imported on first access.
 _LAZY: dict[str, str] = {

@@ -1,24 +1,26 @@
-"""Deprecation aliases for the modules 0.2.0 moved (``CHANGELOG.md`` lists each move).
+"""The modules 0.2.0 moved: stub modules at their old paths (``CHANGELOG.md`` lists each move).
 
-``import hicache_sdk.memory_backend`` (or any submodule of a moved package) still works: it
-imports the module under its new name, registers it under the old one too, and warns once
-with a :class:`DeprecationWarning` naming the new path. Names re-exported by
-``hicache_sdk`` itself never moved.
+Each old path is a small module of its own (``hicache_sdk/memory_backend.py``, ...) that calls
+:func:`alias`: ``import hicache_sdk.memory_backend`` warns once with a
+:class:`DeprecationWarning` naming the new path and gives the new module itself (the same
+object, so classes, ``isinstance`` checks and monkeypatching agree). A moved *package*
+(``hicache_sdk.readpath``) keeps a stub package with one stub per submodule, and forwards its
+attributes with :func:`forward`. Nothing is installed on ``sys.meta_path``: importing
+``hicache_sdk`` changes no process-wide state, and only importing an old path does anything.
+Names re-exported by ``hicache_sdk`` itself never moved.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable
 from types import ModuleType
 
-__all__ = ["MOVED", "install"]
+__all__ = ["MOVED", "alias", "forward"]
 
-#: old module -> new module (a package's submodules follow it).
+#: old module -> new module (every old path has a stub module; a package's submodules too).
 MOVED: dict[str, str] = {
     "hicache_sdk.config_values": "hicache_sdk.config.values",
     "hicache_sdk.units": "hicache_sdk.config.units",
@@ -30,55 +32,60 @@ MOVED: dict[str, str] = {
     "hicache_sdk.prometheus": "hicache_sdk.metrics.prometheus",
     "hicache_sdk.resilience.metrics": "hicache_sdk.metrics.backend",
     "hicache_sdk.memory_backend": "hicache_sdk.memory",
-    "hicache_sdk.readpath.writepath": "hicache_sdk.hiradix.backup",
     "hicache_sdk.readpath": "hicache_sdk.hiradix",
+    **{
+        f"hicache_sdk.readpath.{m}": f"hicache_sdk.hiradix.{m}"
+        for m in (
+            "cache",
+            "clock",
+            "counters",
+            "devpool",
+            "engine",
+            "loadback",
+            "prefetch",
+            "prefetch_io",
+            "ranks",
+            "retry",
+            "runner",
+            "sidecars",
+            "tree",
+        )
+    },
+    "hicache_sdk.readpath.writepath": "hicache_sdk.hiradix.backup",
     "hicache_sdk.paged.legacy": "hicache_sdk.paged.generic",
     "hicache_sdk.paged.plumbing": "hicache_sdk.paged.objectpath",
     "hicache_sdk.kit.failures": "hicache_sdk.transport",
 }
 
 
-def new_name(old: str) -> str | None:
-    """The current name of a moved module (or a submodule of a moved package), else ``None``."""
-    if old in MOVED:
-        return MOVED[old]
-    for prefix in sorted(MOVED, key=len, reverse=True):
-        if old.startswith(prefix + "."):
-            return MOVED[prefix] + old[len(prefix) :]
-    return None
+def _warn(old: str, new: str) -> None:
+    # stacklevel 4: this function, alias/forward, the stub module, its importer (the import
+    # system's own frames are skipped)
+    warnings.warn(
+        f"{old} moved to {new} in hicache-sdk 0.2.0; import it from there", DeprecationWarning, stacklevel=4
+    )
 
 
-class _AliasLoader(importlib.abc.Loader):
-    def __init__(self, target: str) -> None:
-        self.target = target
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        warnings.warn(
-            f"{spec.name} moved to {self.target} in hicache-sdk 0.2.0; import it from there",
-            DeprecationWarning,
-            stacklevel=4,
-        )
-        module = importlib.import_module(self.target)
-        sys.modules[spec.name] = module
-        return module
-
-    def exec_module(self, module: ModuleType) -> None:
-        pass  # the target module is already executed
+def alias(old: str, new: str) -> ModuleType:
+    """Called by the stub module ``old`` as it is imported: warn, then make ``old`` name the
+    module ``new`` (``sys.modules``), which the import returns."""
+    _warn(old, new)
+    module = importlib.import_module(new)
+    sys.modules[old] = module
+    return module
 
 
-class _AliasFinder(importlib.abc.MetaPathFinder):
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if not fullname.startswith("hicache_sdk."):
-            return None
-        new = new_name(fullname)
-        if new is None:
-            return None
-        return importlib.util.spec_from_loader(fullname, _AliasLoader(new))
+def forward(old: str, new: str) -> Callable[[str], object]:
+    """Called by the stub package ``old`` as it is imported: warn, and return its module
+    ``__getattr__``, which answers every name from the package ``new``. (A package cannot be
+    aliased like a module: its submodules would then load a second time under the old name.)"""
+    _warn(old, new)
+    module = importlib.import_module(new)
 
+    def __getattr__(name: str) -> object:
+        try:
+            return getattr(module, name)
+        except AttributeError:
+            raise AttributeError(f"module {old!r} ({new}) has no attribute {name!r}") from None
 
-def install() -> None:
-    """Put the alias finder on ``sys.meta_path`` (once)."""
-    if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AliasFinder())
+    return __getattr__

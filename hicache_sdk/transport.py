@@ -29,16 +29,19 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from contextlib import AbstractContextManager
+from typing import ClassVar, TypeVar
 
 from .capabilities import Capabilities
 from .errors import TransportError
 
 __all__ = [
     "SIZE_UNKNOWN",
+    "DeadlineScoped",
     "FailureReasons",
     "Segment",
     "Segments",
+    "SizedTransfer",
     "Transport",
     "TransportError",
     "check_reason",
@@ -138,6 +141,41 @@ class FailureReasons:
 
 #: Returned by :meth:`Transport.exists` for a present object whose size is not known cheaply.
 SIZE_UNKNOWN = -1
+
+F = TypeVar("F")
+
+
+# -- features: what a transport (or a wrapper around one) offers beyond the base interface --
+# A transport states a feature by subclassing its interface and implementing every method of
+# it; a caller asks for it with ``transport.offers(Feature)``, never by probing attributes or
+# walking ``inner``. (Plain classes, not ABCs, so that type checkers accept them as the
+# argument of ``offers``.)
+
+
+class DeadlineScoped:
+    """A transport that bounds a whole batch of calls by one deadline (the resilience layer)."""
+
+    def deadline_scope(self, op: str) -> AbstractContextManager[None]:
+        """``with t.deadline_scope("read"):`` -- every call this thread makes through the
+        transport inside the block ends by the end of one ``op`` started now."""
+        raise NotImplementedError(f"{type(self).__name__} offers DeadlineScoped without deadline_scope")
+
+    def deadline_passed(self) -> bool:
+        """Whether this thread's :meth:`deadline_scope` has ended (a call made now would not
+        start)."""
+        raise NotImplementedError(f"{type(self).__name__} offers DeadlineScoped without deadline_passed")
+
+
+class SizedTransfer:
+    """A transport that reads or writes a batch whose objects' total sizes the caller gives
+    (no re-validation of the segments), with an answer checked to be one ``bool`` per key."""
+
+    def transfer_sized(
+        self, op: str, keys: list[str], buffers: Sequence[Segments], sizes: list[int]
+    ) -> list[bool]:
+        """``read`` (``op="read"``) or ``write`` of ``keys`` into / from ``buffers``, whose
+        totals are ``sizes``."""
+        raise NotImplementedError(f"{type(self).__name__} offers SizedTransfer without transfer_sized")
 
 
 class Transport(ABC):
@@ -246,3 +284,17 @@ class Transport(ABC):
     def health(self) -> bool:
         """A cheap liveness probe used by the circuit breaker's half-open state."""
         return True
+
+    def io_error_types(self) -> tuple[type[BaseException], ...]:
+        """The exception types that mean an I/O failure in this transport: its
+        :attr:`io_errors`; a wrapper (:class:`~hicache_sdk.kit.wrapping.WrappingTransport`)
+        adds those of the transport it wraps, so that a wrapper that does not restate them
+        never turns them into bugs."""
+        return tuple(self.io_errors)
+
+    def offers(self, feature: type[F]) -> F | None:
+        """This transport as ``feature`` (a feature interface: :class:`DeadlineScoped`,
+        :class:`SizedTransfer`) when it offers it, else ``None``. A transport offers the
+        features it subclasses; a wrapper also offers those of the transport it wraps that it
+        passes on (:attr:`~hicache_sdk.kit.wrapping.WrappingTransport.passes_on`)."""
+        return self if isinstance(self, feature) else None

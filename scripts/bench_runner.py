@@ -11,7 +11,8 @@ helpers), and a 256-key ``batch_is_exist`` called inline (``raw``) and through e
 interleaved by the shared harness; ratio = raw time / variant time. ``--fill N`` makes N more
 inline calls, untimed, before each timed one (the worker sleeps longer between hops: its
 hand-off costs more the longer it slept). Runners: ``follow`` (the worker placed on the
-caller's CPU, the default where possible) and ``no-follow``.
+caller's CPU: the ``follow_caller_cpu`` opt-in, where possible) and ``no-follow`` (the
+default).
 """
 
 from __future__ import annotations

@@ -202,6 +202,11 @@ class BackendConfig:
     * ``checksum`` [False]: store and verify a payload checksum (default scheme only).
     * ``negative_cache_ttl_s`` [0, 0..3600 s]: objects the store reports present but whose
       read failed are answered absent this long (``0`` off); see ``docs/transport-kit.md``.
+    * ``inject_failures`` [False]: tests only. Read the failure-injection variables
+      (``HICACHE_INJECT_DELAY_S``, ``HICACHE_INJECT_FAILURE_RATE``, ...) when the backend is
+      built; without it nothing reads them.
+    * ``follow_caller_cpu`` [False]: wake a call's worker thread on the caller's CPU (Linux;
+      see ``docs/resilience.md``, Workers). Off, no thread's CPU affinity is changed.
     """
 
     env_prefix: ClassVar[str] = ""
@@ -219,6 +224,8 @@ class BackendConfig:
     exists_cache_ttl_s: float = setting(0.0, ge=0, le=1e9, allow=(-1,), unit="seconds")
     checksum: bool = False
     negative_cache_ttl_s: float = setting(0.0, ge=0, le=3600, unit="seconds")
+    inject_failures: bool = setting(False, env="HICACHE_INJECT_FAILURES")
+    follow_caller_cpu: bool = setting(False, env="HICACHE_FOLLOW_CPU")
 
     @classmethod
     def from_mapping(

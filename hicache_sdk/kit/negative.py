@@ -22,8 +22,8 @@ The adapter puts it outermost, around the resilience layer
 deadline abandons counts at once. Such a read fails for every object of its batch: all of
 them that the store still reports present are remembered, since the failure cannot be
 pinned on one of them. The store is asked right after the failed read, within the caller's
-deadline; when that deadline has already passed (the read used it all: the inner transport's
-``deadline_passed()`` says so), the failed objects are *suspects* instead, and the question
+deadline; when that deadline has already passed (the read used it all: the inner transport,
+asked ``offers(DeadlineScoped)``, says so), the failed objects are *suspects* instead, and the question
 waits for the next ``exists`` that asks the store about them: one it reports present is
 remembered and answered absent, one it reports absent is dropped. What the remembered
 objects cost: pages in them read as misses for up to ``ttl_s`` even if the store recovers
@@ -41,26 +41,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..transport import Segments, Transport
+from ..transport import DeadlineScoped, Segments, Transport
 from .wrapping import WrappingTransport
 
 __all__ = ["NegativeCache"]
 
 #: Entries kept at most by default (oldest dropped first).
 DEFAULT_MAX_ENTRIES = 65536
-
-
-def _hook(transport: object, name: str) -> Any:
-    """The attribute ``name`` of ``transport`` or of the first transport it wraps that has it."""
-    seen: set[int] = set()
-    t: object = transport
-    while t is not None and id(t) not in seen:
-        seen.add(id(t))
-        got = getattr(t, name, None)
-        if got is not None:
-            return got
-        t = getattr(t, "inner", None)
-    return None
 
 
 class NegativeCache(WrappingTransport):
@@ -88,7 +75,8 @@ class NegativeCache(WrappingTransport):
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, float] = OrderedDict()  # name -> when remembered
         self._suspects: OrderedDict[str, float] = OrderedDict()  # failed, not yet asked about
-        self._passed = _hook(inner, "deadline_passed")
+        scoped = inner.offers(DeadlineScoped)
+        self._passed = scoped.deadline_passed if scoped is not None else None
 
     def __len__(self) -> int:
         with self._lock:

@@ -3,16 +3,30 @@
 It takes the inner transport's declared attributes (``capabilities``, ``max_segments``,
 ``cancellable``, ``io_errors``, ``failures``) and passes ``health``, ``close`` and memory
 registration through; a subclass overrides what it changes.
+
+Features (:meth:`~hicache_sdk.transport.Transport.offers`): a wrapper offers what it
+subclasses itself, and of its inner transport's features those in :attr:`passes_on`. The
+default passes on :class:`~hicache_sdk.transport.DeadlineScoped` (a deadline bounds whatever
+runs inside it, through any wrapper) and not :class:`~hicache_sdk.transport.SizedTransfer`
+(a caller that used the inner transport's sized transfer would bypass this wrapper's
+``read`` and ``write``). A wrapper that leaves ``read`` and ``write`` alone may add it.
 """
 
 from __future__ import annotations
 
-from ..transport import Transport
+from typing import ClassVar, TypeVar
+
+from ..transport import DeadlineScoped, Transport
 
 __all__ = ["WrappingTransport"]
 
+F = TypeVar("F")
+
 
 class WrappingTransport(Transport):
+    #: The features of the inner transport this wrapper offers as its own (module docs).
+    passes_on: ClassVar[tuple[type, ...]] = (DeadlineScoped,)
+
     def __init__(self, inner: Transport) -> None:
         self._inner = inner
         self.capabilities = inner.capabilities  # type: ignore[misc]
@@ -24,6 +38,15 @@ class WrappingTransport(Transport):
     @property
     def inner(self) -> Transport:
         return self._inner
+
+    def io_error_types(self) -> tuple[type[BaseException], ...]:
+        return tuple(dict.fromkeys((*self.io_errors, *self._inner.io_error_types())))
+
+    def offers(self, feature: type[F]) -> F | None:
+        own = super().offers(feature)
+        if own is not None or feature not in self.passes_on:
+            return own
+        return self._inner.offers(feature)
 
     def health(self) -> bool:
         return self._inner.health()

@@ -46,7 +46,7 @@ from ..config import BackendConfig
 from ..errors import ConfigError
 from ..keys.scheme_base import KeyScheme
 from ..metrics.backend import Metrics
-from ..resilience import Resilience, wrap_transport
+from ..resilience import FailureInjector, Resilience, wrap_transport
 from ..spec import (
     HiCacheStorage,
     HiCacheStorageConfig,
@@ -60,7 +60,7 @@ from ..transport import Transport
 from .columns import build_columns, exists_columns, read_columns, write_columns
 from .generic import LegacyPathMixin
 from .objectpath import ObjectPathMixin
-from .objects import ObjectEngine, ObjectIO
+from .objects import ObjectEngine, ObjectIO, fold_pages
 from .pools import PoolState, check_keys, check_policy, host_page_starts, resolve_transfers
 from .registration import PoolRegistryMixin
 
@@ -170,7 +170,10 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             from ..kit.existence import CachedExistence
 
             inner = CachedExistence(inner, ttl)
-        self.transport: Transport = wrap_transport(inner, self.create_resilience(), self.metrics)
+        injector = FailureInjector.from_env() if getattr(self.config, "inject_failures", False) else None
+        self.transport: Transport = wrap_transport(
+            inner, self.create_resilience(), self.metrics, injector=injector
+        )
         if getattr(self.config, "negative_cache_ttl_s", 0):  # outermost: an abandoned read counts at once
             from ..kit.negative import NegativeCache
 
@@ -198,7 +201,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         """The resilience policies around the transport (deadline, breaker, staging,
         retry): by default the shared config keys' (:meth:`Resilience.from_config`), with no
         retry. Override to inject others, e.g. ``dataclasses.replace(super().create_resilience(),
-        retry=Retry(2, ExponentialBackoff()))``."""
+        retry=Retry(ExponentialBackoff(), 2))``."""
         return Resilience.from_config(self.config)
 
     @classmethod
@@ -252,7 +255,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             per_key = exists_columns(self._engine, cols, self._closed)
         else:
             objs, owners = self._page_objects_nomem(kv, keys)
-            per_key = self._fold(len(keys), owners, self._exists(objs))
+            per_key = fold_pages(len(keys), owners, self._exists(objs))
         hits = per_key.index(False) if False in per_key else len(per_key)
         self.metrics.record("exists", pages=hits, seconds=time.perf_counter() - t0)
         return hits
@@ -297,7 +300,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
         ok = self._exists([o for objs, _ in groups for o in objs])
         pos = 0
         for objs, owners in groups:
-            present.append(self._fold(len(keys), owners, ok[pos : pos + len(objs)]))
+            present.append(fold_pages(len(keys), owners, ok[pos : pos + len(objs)]))
             pos += len(objs)
         kv_present = [True] * len(keys) if logical else present.pop(0)
         pools = [
@@ -329,7 +332,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             return results
         objs, owners, finish = self._page_objects(kv, keys, starts, write=False)
         t0 = time.perf_counter()
-        results = self._fold(len(keys), owners, self._read(objs))
+        results = fold_pages(len(keys), owners, self._read(objs))
         if finish is not None:
             finish(results)
         self._record("get_v1", kv, results, t0)
@@ -365,7 +368,7 @@ class PagedStorage(PoolRegistryMixin, ObjectPathMixin, LegacyPathMixin, HiCacheS
             return results
         objs, owners, _ = self._page_objects(kv, keys, starts, write=True)
         t0 = time.perf_counter()
-        results = self._fold(len(keys), owners, self._write(objs))
+        results = fold_pages(len(keys), owners, self._write(objs))
         self._record("set_v1", kv, results, t0)
         return results
 

@@ -184,10 +184,9 @@ def _digest_of(records: npt.NDArray[np.uint8], i: int) -> bytes:
 def _call(engine: ObjectEngine, op: str, cols: Columns) -> list[bool] | None:
     t = engine.transport
     try:
-        sized = getattr(t, "transfer_sized", None)
+        sized = engine.sized
         if sized is not None:  # the resilience layer: checked, list[bool] of the right length
-            ok: list[bool] = sized(op, cols.names, cols.buffers, cols.sizes)
-            return ok
+            return sized.transfer_sized(op, cols.names, cols.buffers, cols.sizes)
         got = (t.read if op == "read" else t.write)(cols.names, cols.buffers)
         if len(got) != len(cols.names):
             raise TransportError(f"{op} returned a wrong number of answers", "protocol")

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Protocol
 
 from ..keys.scheme_base import KeyScheme
-from ..metrics.backend import Metrics
 from ..transport import Segment
-from .objects import ObjectIO
+from .objects import ObjectIO, fold_pages
 from .pools import PoolState, check_keys
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["LegacyPathMixin", "flat_page_memory", "new_flat_page"]
+__all__ = ["LegacyHost", "LegacyPathMixin", "flat_batch", "flat_page_memory", "new_flat_page"]
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -69,38 +68,67 @@ def new_flat_page(state: PoolState) -> Any:
     return torch.zeros(state.layout.page_bytes // itemsize, dtype=dtype)
 
 
+def flat_batch(
+    scheme: KeyScheme, kv: PoolState, keys: Sequence[str], mems: Sequence[Sequence[Segment]]
+) -> tuple[list[ObjectIO], list[int]]:
+    """The objects of page ``keys[i]`` over flat page memory ``mems[i]`` under ``scheme``,
+    and for each object the index of the key it belongs to."""
+    objs: list[ObjectIO] = []
+    owners: list[int] = []
+    for i, key in enumerate(keys):
+        page_objs = kv.objects(scheme, key, mems[i])
+        objs.extend(page_objs)
+        owners.extend([i] * len(page_objs))
+    return objs, owners
+
+
+class LegacyHost(Protocol):
+    """What :class:`LegacyPathMixin` needs from the class it is mixed into
+    (:class:`~hicache_sdk.paged.adapter.PagedStorage`)."""
+
+    @property
+    def scheme(self) -> KeyScheme: ...
+    def _require_kv_bytes(self, op: str) -> PoolState: ...
+    def _may_write(self, state: PoolState) -> bool: ...
+    def _read(self, objs: Sequence[ObjectIO]) -> list[bool]: ...
+    def _write(self, objs: Sequence[ObjectIO]) -> list[bool]: ...
+    def _record(self, op: str, state: PoolState, results: Sequence[bool], t0: float) -> None: ...
+
+
+def _get_pages(host: LegacyHost, kv: PoolState, keys: Sequence[str], targets: list[Any]) -> list[Any]:
+    """Read KV pages ``keys`` into the flat page tensors ``targets`` (``None``: a new one);
+    per key the filled tensor or ``None``."""
+    mems = []
+    for i, t in enumerate(targets):
+        if t is None:
+            targets[i] = t = new_flat_page(kv)
+        mems.append(flat_page_memory(kv, t, f"target_locations[{i}]"))
+    objs, owners = flat_batch(host.scheme, kv, keys, mems)
+    t0 = time.perf_counter()
+    results = fold_pages(len(keys), owners, host._read(objs))
+    host._record("get", kv, results, t0)
+    return [t if r else None for t, r in zip(targets, results)]
+
+
+def _set_pages(host: LegacyHost, kv: PoolState, keys: Sequence[str], values: Sequence[Any]) -> bool:
+    """Write the flat page tensors ``values`` under ``keys``; ``True`` when all are stored."""
+    mems = [flat_page_memory(kv, v, f"values[{i}]") for i, v in enumerate(values)]
+    if not host._may_write(kv):
+        return True
+    objs, owners = flat_batch(host.scheme, kv, keys, mems)
+    t0 = time.perf_counter()
+    results = fold_pages(len(keys), owners, host._write(objs))
+    host._record("set", kv, results, t0)
+    return all(results)
+
+
 class LegacyPathMixin:
     """SGLang's generic path (``get``/``batch_get``/``set``/``batch_set``) for
-    :class:`~hicache_sdk.paged.adapter.PagedStorage`, on top of its plumbing."""
-
-    scheme: KeyScheme
-    metrics: Metrics
-
-    if TYPE_CHECKING:  # provided by PagedStorage
-
-        def _require_kv_bytes(self, op: str) -> PoolState: ...
-        def _may_write(self, state: PoolState) -> bool: ...
-        def _read(self, objs: Sequence[ObjectIO]) -> list[bool]: ...
-        def _write(self, objs: Sequence[ObjectIO]) -> list[bool]: ...
-        @staticmethod
-        def _fold(n: int, owners: Sequence[int], ok: Sequence[bool]) -> list[bool]: ...
-        def _record(self, op: str, state: PoolState, results: Sequence[bool], t0: float) -> None: ...
-
-    def _flat_batch(
-        self, kv: PoolState, keys: Sequence[str], mems: Sequence[Sequence[Segment]]
-    ) -> tuple[list[ObjectIO], list[int]]:
-        """The objects of page ``keys[i]`` over flat page memory ``mems[i]``, and for
-        each object the index of the key it belongs to."""
-        objs: list[ObjectIO] = []
-        owners: list[int] = []
-        for i, key in enumerate(keys):
-            page_objs = kv.objects(self.scheme, key, mems[i])
-            objs.extend(page_objs)
-            owners.extend([i] * len(page_objs))
-        return objs, owners
+    :class:`~hicache_sdk.paged.adapter.PagedStorage`, on top of its plumbing
+    (:class:`LegacyHost`)."""
 
     def batch_get(
-        self,
+        self: LegacyHost,
         keys: List[str],
         target_locations: Optional[Any] = None,
         target_sizes: Optional[Any] = None,
@@ -116,19 +144,10 @@ class LegacyPathMixin:
             targets = list(target_locations)
         else:
             raise ValueError("target_locations must be None or a list with one tensor per key")
-        mems = []
-        for i, t in enumerate(targets):
-            if t is None:
-                targets[i] = t = new_flat_page(kv)
-            mems.append(flat_page_memory(kv, t, f"target_locations[{i}]"))
-        objs, owners = self._flat_batch(kv, keys, mems)
-        t0 = time.perf_counter()
-        results = self._fold(len(keys), owners, self._read(objs))
-        self._record("get", kv, results, t0)
-        return [t if r else None for t, r in zip(targets, results)]
+        return _get_pages(self, kv, keys, targets)
 
     def get(
-        self,
+        self: LegacyHost,
         key: str,
         target_location: Optional[Any] = None,
         target_sizes: Optional[Any] = None,
@@ -139,10 +158,11 @@ class LegacyPathMixin:
         kv = self._require_kv_bytes("get")
         if target_location is not None:
             flat_page_memory(kv, target_location, "target_location")
-        return self.batch_get([key], None if target_location is None else [target_location])[0]
+        got: torch.Tensor | None = _get_pages(self, kv, [key], [target_location])[0]
+        return got
 
     def batch_set(
-        self,
+        self: LegacyHost,
         keys: List[str],
         values: Optional[Any] = None,
         target_locations: Optional[Any] = None,
@@ -157,17 +177,10 @@ class LegacyPathMixin:
             values = target_locations
         if not isinstance(values, (list, tuple)) or len(values) != len(keys):
             raise ValueError("values must be a list with one flat page tensor per key")
-        mems = [flat_page_memory(kv, v, f"values[{i}]") for i, v in enumerate(values)]
-        if not self._may_write(kv):
-            return True
-        objs, owners = self._flat_batch(kv, keys, mems)
-        t0 = time.perf_counter()
-        results = self._fold(len(keys), owners, self._write(objs))
-        self._record("set", kv, results, t0)
-        return all(results)
+        return _set_pages(self, kv, keys, values)
 
     def set(
-        self,
+        self: LegacyHost,
         key: str,
         value: Optional[Any] = None,
         target_location: Optional[Any] = None,
@@ -179,4 +192,4 @@ class LegacyPathMixin:
         kv = self._require_kv_bytes("set")
         value = value if value is not None else target_location
         flat_page_memory(kv, value, "value")
-        return self.batch_set([key], [value])
+        return _set_pages(self, kv, [key], [value])

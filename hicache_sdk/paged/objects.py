@@ -29,17 +29,16 @@ import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ..kit.batches import first_occurrences
 from ..kit.segments import coalesce, gather, scatter
 from ..metrics.backend import Metrics
-from ..transport import SIZE_UNKNOWN, Segment, Transport, TransportError
+from ..transport import SIZE_UNKNOWN, DeadlineScoped, Segment, SizedTransfer, Transport, TransportError
 from .header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments, plain_records
 
-__all__ = ["ObjectEngine", "ObjectIO", "coalesce"]
+__all__ = ["ObjectEngine", "ObjectIO", "coalesce", "fold_pages"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +68,16 @@ class ObjectIO:
 _NO_SIZES = frozenset({None, SIZE_UNKNOWN})
 
 
+def fold_pages(n: int, owners: Sequence[int], ok: Sequence[bool]) -> list[bool]:
+    """Per page (``0..n-1``): ``True`` unless an object it owns (``owners[i]`` owns object
+    ``i``, whose result is ``ok[i]``) failed."""
+    out = [True] * n
+    for owner, good in zip(owners, ok):
+        if not good:
+            out[owner] = False
+    return out
+
+
 def _addr(buf: np.ndarray) -> int:
     return int(buf.ctypes.data)
 
@@ -89,20 +98,6 @@ def _plain_records(objects: Sequence[ObjectIO], scratch: np.ndarray) -> list[boo
     return same
 
 
-def _found(transport: object, name: str) -> Any:
-    """``transport``'s attribute ``name``, or that of the first transport it wraps (``inner``)
-    that has one; ``None`` when none has."""
-    seen: set[int] = set()
-    t: object = transport
-    while t is not None and id(t) not in seen:
-        seen.add(id(t))
-        got = getattr(t, name, None)
-        if got is not None:
-            return got
-        t = getattr(t, "inner", None)
-    return None
-
-
 class ObjectEngine:
     """Batched object I/O with headers and integrity checks over one transport."""
 
@@ -110,7 +105,11 @@ class ObjectEngine:
         self.transport = transport
         self.metrics = metrics
         self.checksum = checksum
-        self._scope = _found(transport, "deadline_scope")
+        scoped = transport.offers(DeadlineScoped)
+        self._scope = scoped.deadline_scope if scoped is not None else None
+        #: The transport's sized transfer (:class:`~hicache_sdk.transport.SizedTransfer`),
+        #: when it offers one.
+        self.sized = transport.offers(SizedTransfer)
 
     def deadline(self, op: str) -> AbstractContextManager[object]:
         """The deadline of one batch of ``op`` (``"read"``, ``"write"``, ``"exists"``): every

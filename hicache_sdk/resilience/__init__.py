@@ -63,15 +63,13 @@ def wrap_transport(
     :class:`~hicache_sdk.config.BackendConfig`: ``exists_timeout_s``, ``transfer_timeout_s``,
     ``breaker_failures``, ``breaker_reset_s``, ``max_abandoned``, ``staging_bytes``).
 
-    ``injector``: failure injection from code; ``None`` reads the environment
-    (:meth:`FailureInjector.from_env`; nothing configured means no injection). The other
+    ``injector``: failure injection (tests); ``None``, the default, injects nothing and reads
+    no environment variable (pass ``FailureInjector.from_env()`` to opt in). The other
     arguments are :class:`ResilientTransport`'s. Wrapping a :class:`ResilientTransport`
     again returns it unchanged.
     """
     if isinstance(transport, ResilientTransport):
         return transport
-    if injector is None:
-        injector = FailureInjector.from_env()
     return ResilientTransport(
         transport,
         config,

@@ -16,18 +16,19 @@ Edge cases:
 * a call goes to the worker that went idle *last* (a stack, not a queue): back-to-back
   calls run on the same warm thread. Native clients may keep per-thread state, and a
   thread that just ran is in the CPU's caches (``docs/resilience.md``, Workers);
-* the worker is woken on the caller's CPU (Linux; ``follow_caller_cpu``): the caller
-  sleeps while it waits, so the worker takes over its CPU instead of waking another one
-  (on a VM an idle vCPU takes 50-200 us to wake). The caller narrows the idle worker's
-  affinity to its own CPU just before waking it, and the worker gives itself its own mask
-  back (from when it started) before it runs the call: the pin lasts only the hand-off, so
-  a call is never held to one CPU, and a thread that the call starts (a client's
-  connection pool, say) inherits the full mask, not the pin. ``HICACHE_FOLLOW_CPU=0``
-  turns this off at import; an ``OSError`` (a cpuset that changed) turns it off for the
-  runner;
+* with ``follow_caller_cpu=True`` (an opt-in; Linux), the worker is woken on the caller's
+  CPU: the caller sleeps while it waits, so the worker takes over its CPU instead of waking
+  another one (on a VM an idle vCPU takes 50-200 us to wake). The caller narrows the idle
+  worker's affinity to its own CPU just before waking it, and the worker gives itself its
+  own mask back (from when it started) before it runs the call: the pin lasts only the
+  hand-off, so a call is never held to one CPU, and a thread that the call starts (a
+  client's connection pool, say) inherits the full mask, not the pin. An ``OSError`` (a
+  cpuset that changed) turns it off for the runner. Off (the default), no thread's
+  affinity is ever changed;
 * exceptions raised by the function are captured and returned to the waiter
   (:attr:`Call.error`); an exception in a late call is dropped (the waiter is gone);
-* at interpreter exit (``atexit``, before finalization starts) every live runner gets up
+* at interpreter exit (``atexit``, registered when the first runner is made, never on
+  import; it runs before finalization starts) every live runner gets up
   to ``HICACHE_EXIT_DRAIN_S`` seconds in all (default 5) for its running and abandoned
   calls to end (:func:`drain_all`). A daemon thread still inside native code when the
   interpreter finalizes is killed by a forced unwind that C++ frames (torch, pybind11
@@ -98,23 +99,8 @@ _current_cpu: Callable[[], int] | None = _sched_getcpu()
 
 
 def can_follow_cpu() -> bool:
-    """Whether workers can be placed on the caller's CPU here (Linux,
-    ``HICACHE_FOLLOW_CPU`` not ``0``)."""
-    return (
-        _current_cpu is not None
-        and hasattr(os, "sched_setaffinity")
-        and os.environ.get("HICACHE_FOLLOW_CPU", "1") != "0"
-        and _current_cpu() >= 0
-    )
-
-
-_FOLLOW = can_follow_cpu()
-
-
-def _follows(follow_caller_cpu: bool | None) -> bool:
-    """A runner's ``follow_caller_cpu`` setting: the import-time default, or the request
-    where following is possible at all."""
-    return _FOLLOW if follow_caller_cpu is None else bool(follow_caller_cpu) and can_follow_cpu()
+    """Whether workers can be placed on the caller's CPU here (Linux)."""
+    return _current_cpu is not None and hasattr(os, "sched_setaffinity") and _current_cpu() >= 0
 
 
 class Call(Generic[T]):
@@ -169,8 +155,8 @@ class DeadlineRunner:
 
     ``max_workers`` bounds the threads (they start lazily). ``on_abandon_change(n)`` is
     called (outside any lock) whenever the number of abandoned, still-running calls changes.
-    ``follow_caller_cpu`` (default: :func:`can_follow_cpu`) places a call's worker on the
-    caller's CPU (module docs).
+    ``follow_caller_cpu`` (default ``False``; honoured where :func:`can_follow_cpu`) places a
+    call's worker on the caller's CPU (module docs).
     """
 
     def __init__(
@@ -179,7 +165,7 @@ class DeadlineRunner:
         *,
         name: str = "hicache-io",
         on_abandon_change: Callable[[int], None] | None = None,
-        follow_caller_cpu: bool | None = None,
+        follow_caller_cpu: bool = False,
     ) -> None:
         if max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers!r}")
@@ -194,8 +180,9 @@ class DeadlineRunner:
         self._all_done = threading.Condition(self._lock)
         self._on_abandon_change = on_abandon_change
         self._shutdown = False
-        self._follow = _follows(follow_caller_cpu)
+        self._follow = bool(follow_caller_cpu) and can_follow_cpu()
         _live.add(self)
+        _drain_at_exit_once()
 
     @property
     def follows_caller_cpu(self) -> bool:
@@ -427,4 +414,10 @@ def _drain_at_exit() -> None:
         log.debug("interpreter exit: calls still running after HICACHE_EXIT_DRAIN_S")
 
 
-atexit.register(_drain_at_exit)
+_exit_hook = threading.Lock()  # held once the atexit hook is registered
+
+
+def _drain_at_exit_once() -> None:
+    """Register :func:`_drain_at_exit` with ``atexit``, the first time a runner is made."""
+    if _exit_hook.acquire(blocking=False):
+        atexit.register(_drain_at_exit)

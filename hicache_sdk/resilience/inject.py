@@ -4,7 +4,10 @@ From code: ``FailureInjector(delay_s=0.05, failure_rate=0.1, ops={"read"}, seed=
 to :func:`hicache_sdk.resilience.wrap_transport` (``injector=``) or set later with
 ``ResilientTransport.set_injector``.
 
-From the environment (read by :meth:`FailureInjector.from_env` when the wrapper is built):
+From the environment, only when asked: :meth:`FailureInjector.from_env` is an explicit call,
+and the paged adapter makes it only for a backend whose config opts in
+(``inject_failures=true``, or ``HICACHE_INJECT_FAILURES=1``). Nothing reads these variables
+otherwise:
 
 * ``HICACHE_INJECT_DELAY_S``: each selected call first sleeps uniformly in ``0..x`` seconds;
 * ``HICACHE_INJECT_FAILURE_RATE``: each selected call fails with this probability
@@ -15,11 +18,10 @@ From the environment (read by :meth:`FailureInjector.from_env` when the wrapper 
 * ``HICACHE_INJECT_SEED``: seed of the injector's private random generator.
 
 SGLang's own variables ``SGLANG_TEST_HICACHE_BACKEND_RANDOM_DELAY`` and
-``SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE`` are honoured (as delay and failure rate)
-**only outside SGLang**: inside SGLang its backend factory already wraps every backend with
-its own injector, and applying them twice would square the failure probability. The SGLang
-bridge calls :func:`set_inside_sglang` ``(True)`` before building a backend. ``HICACHE_*``
-variables win over ``SGLANG_*`` ones.
+``SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE`` are SGLang's: inside SGLang its backend
+factory wraps every backend with its own injector. They are read (as delay and failure rate)
+only by ``from_env(sglang_variables=True)``, for a harness that runs SGLang's fault tests
+against a backend outside SGLang; ``HICACHE_*`` variables win over them.
 
 Injection runs inside the deadline (on the worker thread when a deadline is set), so an
 injected delay longer than the deadline exercises the timeout path for real.
@@ -31,6 +33,7 @@ import os
 import random
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -48,17 +51,22 @@ __all__ = [
 ALL_OPS = frozenset({"exists", "read", "write", "delete", "health"})
 DEFAULT_OPS = frozenset({"exists", "read", "write"})
 
-_inside_sglang = False
-
 
 def set_inside_sglang(flag: bool) -> None:
-    """Declare that this process runs the SDK inside SGLang (set by the SGLang bridge)."""
-    global _inside_sglang
-    _inside_sglang = bool(flag)
+    """Deprecated, and does nothing: no process-wide flag decides whether SGLang's injector
+    variables apply; :meth:`FailureInjector.from_env` reads them only when its caller asks
+    (``sglang_variables=True``)."""
+    warnings.warn(
+        "set_inside_sglang() does nothing since hicache-sdk 0.2.0: SGLang's injector variables are "
+        "read only by FailureInjector.from_env(sglang_variables=True)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
 
 
 def is_inside_sglang() -> bool:
-    return _inside_sglang
+    """Deprecated: always ``False`` (see :func:`set_inside_sglang`)."""
+    return False
 
 
 def _env_float(env: Mapping[str, str], name: str) -> float | None:
@@ -116,13 +124,16 @@ class FailureInjector:
             raise TransportError(f"injected failure in {op}", reason="injected")
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> FailureInjector | None:
-        """The injector the environment asks for, or ``None`` when none is configured.
-        Malformed values raise ``ValueError`` naming the variable."""
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, sglang_variables: bool = False
+    ) -> FailureInjector | None:
+        """The injector the environment (``environ``, default ``os.environ``) asks for, or
+        ``None`` when none is configured; SGLang's variables too with ``sglang_variables``
+        (module docs). Malformed values raise ``ValueError`` naming the variable."""
         env = os.environ if environ is None else environ
         delay = _env_float(env, "HICACHE_INJECT_DELAY_S")
         rate = _env_float(env, "HICACHE_INJECT_FAILURE_RATE")
-        if not _inside_sglang:
+        if sglang_variables:
             if delay is None:
                 delay = _env_float(env, CURRENT.injector_env[0])
             if rate is None:

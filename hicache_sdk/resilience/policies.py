@@ -12,8 +12,8 @@ worker pool and staging memory from them).
   the deadline (none by default);
 * :class:`Resilience` -- the four together. ``Resilience.from_config(config)`` reads the
   shared ``BackendConfig`` keys (``exists_timeout_s``, ``transfer_timeout_s``,
-  ``breaker_failures``, ``breaker_reset_s``, ``max_abandoned``, ``staging_bytes``): the
-  default way to build them.
+  ``breaker_failures``, ``breaker_reset_s``, ``max_abandoned``, ``staging_bytes``, and
+  ``follow_caller_cpu`` where the config has it): the default way to build them.
 
 Example, a backend that retries twice with exponential back-off::
 
@@ -21,7 +21,7 @@ Example, a backend that retries twice with exponential back-off::
         def create_resilience(self) -> Resilience:
             return dataclasses.replace(
                 Resilience.from_config(self.config),
-                retry=Retry(2, ExponentialBackoff(base_s=0.01, cap_s=0.1)),
+                retry=Retry(ExponentialBackoff(base_s=0.01, cap_s=0.1), 2),
             )
 """
 
@@ -72,11 +72,14 @@ class Deadline:
     thread, bounded only by the transport's own timeouts. Everything a call does -- a health
     probe of the breaker, retries, the staging copies, the existence check after a failed
     read -- counts against the one deadline of the caller's batch. ``max_abandoned``: calls
-    that outlived their deadline and still run before the transfer breaker is held open."""
+    that outlived their deadline and still run before the transfer breaker is held open.
+    ``follow_caller_cpu``: wake a call's worker on the caller's CPU (an opt-in; see
+    :mod:`~hicache_sdk.resilience.deadline`)."""
 
     exists_s: float = 0.2
     transfer_s: float = 5.0
     max_abandoned: int = 8
+    follow_caller_cpu: bool = False
 
     def __post_init__(self) -> None:
         if not (self.exists_s >= 0 and self.transfer_s >= 0):
@@ -200,10 +203,14 @@ class Resilience:
 
     @classmethod
     def from_config(cls, config: ResilienceConfig, *, retry: Retry | None = None) -> Resilience:
-        """The policies the shared config keys select (no retry unless ``retry``)."""
+        """The policies the shared config keys select (no retry unless ``retry``); a config
+        without ``follow_caller_cpu`` leaves it off."""
         return cls(
             Deadline(
-                float(config.exists_timeout_s), float(config.transfer_timeout_s), int(config.max_abandoned)
+                float(config.exists_timeout_s),
+                float(config.transfer_timeout_s),
+                int(config.max_abandoned),
+                bool(getattr(config, "follow_caller_cpu", False)),
             ),
             Breaker(int(config.breaker_failures), float(config.breaker_reset_s)),
             Staging(int(config.staging_bytes)),

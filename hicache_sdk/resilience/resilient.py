@@ -65,7 +65,7 @@ from ..kit.batches import count_is
 from ..kit.cancel import CancelToken
 from ..kit.segments import copy_runs
 from ..metrics.backend import Metrics
-from ..transport import Segments, Transport, is_io_error
+from ..transport import DeadlineScoped, Segments, SizedTransfer, Transport, is_io_error
 from .breaker import CircuitBreaker
 from .deadline import Call, DeadlineRunner
 from .inject import FailureInjector
@@ -107,7 +107,7 @@ class _Scope:
         self._local.end = self._prev
 
 
-class ResilientTransport(Transport):
+class ResilientTransport(Transport, DeadlineScoped, SizedTransfer):
     """``inner`` with the policies ``policies`` (a :class:`~.policies.Resilience`, or a config
     with the shared keys, read by :meth:`Resilience.from_config`) around it; see the module
     docs. :func:`hicache_sdk.resilience.wrap_transport` builds one.
@@ -144,7 +144,7 @@ class ResilientTransport(Transport):
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.max_segments = inner.max_segments  # type: ignore[misc]
         self.failures = inner.failures
-        self._io_errors = _io_errors_of(inner)
+        self._io_errors = inner.io_error_types()
         self.io_errors = self._io_errors  # type: ignore[misc]
         self._metrics = metrics
         self._injector = injector
@@ -166,7 +166,9 @@ class ResilientTransport(Transport):
         metrics.gauge("exists_breaker_state", self._exists_breaker.state)
         metrics.gauge("abandoned_calls", 0)
         self._runner = DeadlineRunner(
-            p.staging.callers + p.deadline.max_abandoned + 1, on_abandon_change=self._on_abandon_change
+            p.staging.callers + p.deadline.max_abandoned + 1,
+            on_abandon_change=self._on_abandon_change,
+            follow_caller_cpu=p.deadline.follow_caller_cpu,
         )
         self._staging = StagingPool(
             p.staging.capacity,
@@ -668,19 +670,6 @@ class ResilientTransport(Transport):
         except RuntimeError:
             pass
         self._runner.shutdown()
-
-
-def _io_errors_of(transport: Transport) -> tuple[type[BaseException], ...]:
-    """The ``io_errors`` of ``transport`` and of every transport it wraps (``inner``): a
-    wrapper that does not restate its inner transport's must not turn them into bugs."""
-    out: list[type[BaseException]] = []
-    seen: set[int] = set()
-    t: object = transport
-    while t is not None and id(t) not in seen:
-        seen.add(id(t))
-        out += getattr(t, "io_errors", ())
-        t = getattr(t, "inner", None)
-    return tuple(dict.fromkeys(out))
 
 
 def _answers(fn: Callable[..., list[Any]], keys: Sequence[str], *args: Any, **kw: Any) -> list[Any]:

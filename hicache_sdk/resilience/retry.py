@@ -1,6 +1,7 @@
 """Retrying an I/O failure within the deadline: :class:`Retry` and its back-off policies.
 
-``Retry(retries=2, backoff=ExponentialBackoff(base_s=0.01, cap_s=0.2))`` repeats a transport
+``Retry(ExponentialBackoff(base_s=0.01, cap_s=0.2), 2)`` -- back-off first, then the number of
+retries, as redis-py's ``redis.retry.Retry(backoff, retries)`` -- repeats a transport
 call that failed for an I/O reason (see :func:`hicache_sdk.transport.is_io_error`) at most
 ``retries`` more times, sleeping ``backoff.compute(n)`` before attempt ``n + 1``. It never
 starts an attempt, and never sleeps, past the deadline of the call it serves: a retry costs
@@ -78,12 +79,18 @@ class ExponentialBackoff(Backoff):
 
 @dataclass(frozen=True)
 class Retry:
-    """At most ``retries`` more attempts after an I/O failure, ``backoff`` apart (module docs)."""
+    """At most ``retries`` more attempts after an I/O failure, ``backoff`` apart (module docs).
+    The arguments are in redis-py's order: ``Retry(backoff, retries)``."""
 
-    retries: int = 0
     backoff: Backoff = field(default_factory=NoBackoff)
+    retries: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.backoff, int) and not isinstance(self.backoff, bool):
+            raise ValueError(
+                f"Retry takes the back-off first, then the retries (redis-py's order since "
+                f"hicache-sdk 0.2.0): Retry(NoBackoff(), {self.backoff!r}) or Retry(retries={self.backoff!r})"
+            )
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             raise ValueError(f"retries must be an int >= 0, got {self.retries!r}")
         if not isinstance(self.backoff, Backoff):

@@ -35,9 +35,9 @@ Values crossing the boundary:
 * ``batch_exists_v2`` returns SGLang's ``PoolTransferResult`` and ``get_stats`` SGLang's
   ``StorageMetrics`` whenever SGLang is loaded (its metrics logger asserts ``isinstance``);
   otherwise the inner backend's objects are returned (:mod:`hicache_sdk.sglang.types`).
-* Inside SGLang, SGLang's own failure-injector variables are SGLang's job: the bridge
-  calls ``hicache_sdk.resilience.inject.set_inside_sglang(True)`` (when it exists) before
-  building the inner backend, so they are not applied twice.
+* Inside SGLang, SGLang's own failure-injector variables are SGLang's job (its factory wraps
+  the bridge in its injector); the SDK reads them only when a caller asks for them
+  (``FailureInjector.from_env(sglang_variables=True)``), so they are never applied twice.
 
 Checks (:mod:`hicache_sdk.sglang.checks`): ``extra_config["interface_v1"]`` is set from
 what the inner backend implements (SGLang reads it from that dict after constructing us);
@@ -146,16 +146,6 @@ else:
     _Base = HiCacheStorage
 
 
-def _mark_inside_sglang() -> None:
-    try:
-        from ..resilience import inject
-    except ImportError:  # pragma: no cover - the module is optional for the bridge
-        return
-    setter = getattr(inject, "set_inside_sglang", None)
-    if callable(setter):
-        setter(True)
-
-
 def _available_backends() -> list[str]:
     try:
         from ..registry import list_backends
@@ -204,9 +194,6 @@ class HiCacheSDKStorage(_Base):
             )
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise ValueError(f"kwargs must be a mapping, got {type(kwargs).__name__}")
-        if _SGLANG_BASE is not None or SGLANG_STORAGE_MODULE in sys.modules:
-            _mark_inside_sglang()
-
         from ..registry import create_backend
 
         inner_config = copy.copy(storage_config)

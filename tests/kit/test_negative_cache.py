@@ -9,6 +9,7 @@ import ctypes
 import threading
 import uuid
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import pytest
 
@@ -16,7 +17,7 @@ from hicache_sdk.kit import NegativeCache
 from hicache_sdk.memory import MemoryStorage, MemoryTransport, drop_store
 from hicache_sdk.metrics import Metrics
 from hicache_sdk.spec import HiCacheStorageConfig
-from hicache_sdk.transport import Segments
+from hicache_sdk.transport import DeadlineScoped, Segments
 
 
 class Stale(MemoryTransport):
@@ -259,13 +260,17 @@ def test_a_cache_of_plain_misses_is_the_bug_it_must_not_be(
         test_a_plain_miss_is_never_remembered(stale)
 
 
-class Late(Stale):
-    """A stale store under a caller's deadline: ``deadline_passed()`` as the resilience
-    layer answers it, and ``exists`` not asked (all absent) while it has passed."""
+class Late(Stale, DeadlineScoped):
+    """A stale store under a caller's deadline: it offers ``DeadlineScoped`` and answers
+    ``deadline_passed()`` as the resilience layer would, and ``exists`` is not asked (all
+    absent) while it has passed."""
 
     def __init__(self, store: str) -> None:
         super().__init__(store)
         self.passed = False
+
+    def deadline_scope(self, op: str) -> AbstractContextManager[None]:
+        return nullcontext()
 
     def deadline_passed(self) -> bool:
         return self.passed

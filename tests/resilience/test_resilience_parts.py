@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from resilience_fakes import Buf, Cfg, FakeClock, MisbehavingTransport
 
-from hicache_sdk.resilience import FailureInjector, Metrics, set_inside_sglang, wrap_transport
+from hicache_sdk.config import BackendConfig
+from hicache_sdk.resilience import FailureInjector, Metrics, Resilience, set_inside_sglang, wrap_transport
 from hicache_sdk.resilience.breaker import CircuitBreaker
 from hicache_sdk.resilience.deadline import DeadlineRunner, can_follow_cpu
 from hicache_sdk.resilience.inject import is_inside_sglang
@@ -194,8 +195,8 @@ def test_runner_wakes_worker_on_callers_cpu_and_runs_the_call_unpinned(
 
     def caller() -> None:  # a thread of its own: pinning it leaves the test's thread alone
         me = threading.get_native_id()
-        r = DeadlineRunner(1)
-        off = DeadlineRunner(1, follow_caller_cpu=False)
+        r = DeadlineRunner(1, follow_caller_cpu=True)
+        off = DeadlineRunner(1)  # the default: no affinity is ever changed
         try:
             seen["follows"] = (r.follows_caller_cpu, off.follows_caller_cpu)
             c = r.submit(job)  # spawns the worker (with this thread's full mask)
@@ -236,7 +237,7 @@ def test_runner_stops_following_when_affinity_is_refused(monkeypatch: pytest.Mon
     def refuse(pid: int, mask: Iterable[int]) -> None:
         raise OSError(22, "Invalid argument")  # a cpuset that no longer holds the CPU
 
-    r = DeadlineRunner(1)
+    r = DeadlineRunner(1, follow_caller_cpu=True)
     assert r.wait(r.submit(lambda: 1), 5)  # the worker exists and is idle
     monkeypatch.setattr(os, "sched_setaffinity", refuse)
     for i in range(3):  # every call still runs; the first refusal turns following off
@@ -374,23 +375,66 @@ def test_injector_from_env() -> None:
         FailureInjector(failure_rate=2.0)
 
 
-def test_sglang_variables_only_outside_sglang() -> None:
+def test_sglang_variables_only_when_asked() -> None:
     env = {
         "SGLANG_TEST_HICACHE_BACKEND_RANDOM_DELAY": "0.2",
         "SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE": "0.3",
     }
-    assert not is_inside_sglang()
-    inj = FailureInjector.from_env(env)
-    assert inj is not None and inj.delay_s == 0.2 and inj.failure_rate == 0.3
+    assert FailureInjector.from_env(env) is None  # SGLang's variables are SGLang's
     inj = FailureInjector.from_env({**env, "HICACHE_INJECT_FAILURE_RATE": "0.9"})
-    assert inj is not None and inj.failure_rate == 0.9  # ours wins
-    set_inside_sglang(True)
+    assert inj is not None and inj.failure_rate == 0.9 and inj.delay_s == 0.0
+    inj = FailureInjector.from_env(env, sglang_variables=True)
+    assert inj is not None and inj.delay_s == 0.2 and inj.failure_rate == 0.3
+    inj = FailureInjector.from_env({**env, "HICACHE_INJECT_FAILURE_RATE": "0.9"}, sglang_variables=True)
+    assert inj is not None and inj.failure_rate == 0.9 and inj.delay_s == 0.2  # ours wins
+    with pytest.warns(DeprecationWarning, match="does nothing"):
+        set_inside_sglang(True)  # no process-wide flag any more
+    assert is_inside_sglang() is False
+    assert FailureInjector.from_env(env, sglang_variables=True) is not None
+
+
+def test_the_environment_injects_nothing_unless_a_config_opts_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hicache_sdk.memory import MemoryStorage, drop_store
+    from hicache_sdk.spec import HiCacheStorageConfig
+
+    monkeypatch.setenv("HICACHE_INJECT_FAILURE_RATE", "1.0")
+    monkeypatch.setenv("SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE", "1.0")
+    t = MisbehavingTransport()
+    t.store["k"] = b"x" * 16
+    w = wrap_transport(t, Cfg(breaker_failures=100), Metrics())  # reads no environment
+    dst = Buf(16)
+    assert w.read(["k"], [dst.segs()]) == [True]
+    w.close()
+    store = f"inject-{os.getpid()}-{time.monotonic_ns()}"
     try:
-        assert FailureInjector.from_env(env) is None
-        inj = FailureInjector.from_env({**env, "HICACHE_INJECT_FAILURE_RATE": "0.9"})
-        assert inj is not None and inj.failure_rate == 0.9 and inj.delay_s == 0.0
+        plain = MemoryStorage(HiCacheStorageConfig(extra_config={"store": store}))
+        opted = MemoryStorage(HiCacheStorageConfig(extra_config={"store": store, "inject_failures": True}))
+        assert not plain.config.inject_failures and opted.config.inject_failures
+        assert plain.transport.exists(["k"]) == [None] and plain.metrics.errors() == {}
+        assert opted.transport.exists(["k"]) == [None] and opted.metrics.errors() == {"injected": 1}
+        plain.close()
+        opted.close()
     finally:
-        set_inside_sglang(False)
+        drop_store(store)
+    monkeypatch.setenv("HICACHE_INJECT_FAILURES", "1")  # the opt-in, from the environment
+    assert BackendConfig.from_mapping({}).inject_failures is True
+
+
+def test_follow_caller_cpu_is_an_opt_in_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert BackendConfig().follow_caller_cpu is False
+    assert Resilience.from_config(BackendConfig()).deadline.follow_caller_cpu is False
+    on = BackendConfig.from_mapping({"follow_caller_cpu": True})
+    assert Resilience.from_config(on).deadline.follow_caller_cpu is True
+    assert Resilience.from_config(Cfg()).deadline.follow_caller_cpu is False  # a config without it
+    monkeypatch.setenv("HICACHE_FOLLOW_CPU", "1")
+    assert BackendConfig.from_mapping({}).follow_caller_cpu is True
+    t = MisbehavingTransport()
+    w = wrap_transport(t, Resilience.from_config(on), Metrics())
+    assert w._runner.follows_caller_cpu is can_follow_cpu()
+    w.close()
+    w = wrap_transport(t, BackendConfig(), Metrics())
+    assert w._runner.follows_caller_cpu is False
+    w.close()
 
 
 def test_injected_failures_become_misses(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -399,7 +443,7 @@ def test_injected_failures_become_misses(monkeypatch: pytest.MonkeyPatch) -> Non
     t = MisbehavingTransport()
     t.store["k"] = b"x" * 16
     m = Metrics()
-    w = wrap_transport(t, Cfg(breaker_failures=100), m)  # reads the environment
+    w = wrap_transport(t, Cfg(breaker_failures=100), m, injector=FailureInjector.from_env())  # opted in
     dst = Buf(16)
     assert w.read(["k"], [dst.segs()]) == [False]
     assert w.exists(["k"]) == [16]  # not a selected op

@@ -56,11 +56,11 @@ class Fails:
 def test_retry_repeats_io_failures_up_to_its_count() -> None:
     seen: list[BaseException] = []
     fn = Fails(OSError("a"), TransportError("b", "connection"))
-    assert Retry(2).call(fn, is_io=_io, on_retry=seen.append) == "ok"
+    assert Retry(retries=2).call(fn, is_io=_io, on_retry=seen.append) == "ok"
     assert fn.calls == 3 and [str(e) for e in seen] == ["a", "b"]
     fn = Fails(OSError("a"), OSError("b"), OSError("c"))
     with pytest.raises(OSError, match="c"):
-        Retry(2).call(fn, is_io=_io)
+        Retry(retries=2).call(fn, is_io=_io)
     assert fn.calls == 3
     fn = Fails(OSError("a"))
     with pytest.raises(OSError):
@@ -72,7 +72,7 @@ def test_retry_repeats_io_failures_up_to_its_count() -> None:
 def test_retry_never_repeats_a_bug_a_value_error_or_a_cancel(error: BaseException) -> None:
     fn = Fails(error)
     with pytest.raises(type(error)):
-        Retry(5).call(fn, is_io=_io)
+        Retry(retries=5).call(fn, is_io=_io)
     assert fn.calls == 1
 
 
@@ -81,7 +81,7 @@ def test_retry_never_starts_an_attempt_past_the_deadline() -> None:
     slept: list[float] = []
     fn = Fails(*[OSError(str(i)) for i in range(10)], clock=clock, step=0.3)
     with pytest.raises(OSError, match="3"):  # attempts at 0, 0.4, 0.8 (+0.1 pause each); 1.2 > 1.0
-        Retry(9, ConstantBackoff(0.1)).call(
+        Retry(ConstantBackoff(0.1), 9).call(
             fn, is_io=_io, until=clock() + 1.0, clock=clock, sleep=slept.append
         )
     assert fn.calls == 4 and slept == [0.1, 0.1, 0.1]
@@ -94,9 +94,27 @@ def test_backoffs() -> None:
     assert [exp.compute(n) for n in (1, 2, 3, 4)] == [0.01, 0.02, 0.04, 0.05]
     jittered = ExponentialBackoff(base_s=0.01, cap_s=1.0)
     assert all(0.01 <= jittered.compute(2) <= 0.02 for _ in range(50))  # half of 0.02 to all of it
-    for bad in (lambda: Retry(-1), lambda: Retry(True), lambda: ConstantBackoff(-1), lambda: Retry(1, 0.1)):  # type: ignore[arg-type]
+    for bad in (  # type: ignore[arg-type]
+        lambda: Retry(retries=-1),
+        lambda: Retry(retries=True),
+        lambda: ConstantBackoff(-1),
+        lambda: Retry(0.1, 1),
+        lambda: Retry(True),
+    ):
         with pytest.raises(ValueError):
             bad()
+
+
+def test_retry_takes_redis_pys_argument_order() -> None:
+    """``Retry(backoff, retries)``, as ``redis.retry.Retry``; the 0.1 order (retries first)
+    is refused with the change to make."""
+    r = Retry(ConstantBackoff(0.5), 3)
+    assert r.backoff == ConstantBackoff(0.5) and r.retries == 3
+    assert [f.name for f in dataclasses.fields(Retry)] == ["backoff", "retries"]
+    with pytest.raises(ValueError, match=r"back-off first.*Retry\(NoBackoff\(\), 2\)"):
+        Retry(2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="back-off first"):
+        Retry(2, ConstantBackoff(0.1))  # type: ignore[arg-type]
 
 
 def test_policies_from_the_config_keys() -> None:
@@ -134,9 +152,9 @@ def test_a_transport_wrapped_with_a_retry_policy_recovers_within_the_deadline() 
 
     t.read = flaky  # type: ignore[method-assign]
     m = Metrics()
-    policies = dataclasses.replace(Resilience.from_config(Cfg(breaker_failures=1)), retry=Retry(2))
+    policies = dataclasses.replace(Resilience.from_config(Cfg(breaker_failures=1)), retry=Retry(retries=2))
     w = wrap_transport(t, policies, m, injector=FailureInjector())
-    assert isinstance(w, ResilientTransport) and w.policies.retry == Retry(2)
+    assert isinstance(w, ResilientTransport) and w.policies.retry == Retry(retries=2)
     buf = Buf(8)
     assert w.read(["a"], [buf.segs()]) == [True] and buf.bytes() == b"x" * 8
     assert len(calls) == 3 and m.counter("retries") == 2 and m.errors() == {"ConnectionResetError": 2}
@@ -151,7 +169,7 @@ def test_retries_stay_within_the_deadline() -> None:
     m = Metrics()
     policies = dataclasses.replace(
         Resilience.from_config(Cfg(transfer_timeout_s=0.25, breaker_failures=100)),
-        retry=Retry(20, ConstantBackoff(0.02)),
+        retry=Retry(ConstantBackoff(0.02), 20),
     )
     w = wrap_transport(t, policies, m, injector=FailureInjector())
     t0 = time.monotonic()
@@ -164,7 +182,7 @@ def test_retries_stay_within_the_deadline() -> None:
 
 class RetryingStorage(MemoryStorage):
     def create_resilience(self) -> Resilience:
-        return dataclasses.replace(super().create_resilience(), retry=Retry(3, ExponentialBackoff()))
+        return dataclasses.replace(super().create_resilience(), retry=Retry(ExponentialBackoff(), 3))
 
 
 def test_a_backend_injects_its_policies() -> None:
@@ -173,7 +191,7 @@ def test_a_backend_injects_its_policies() -> None:
         extra = {"store": store, "transfer_timeout_s": 1.5, "breaker_failures": 9}
         s = RetryingStorage(HiCacheStorageConfig(extra_config=extra), {})
         p = s.transport.policies  # type: ignore[attr-defined]
-        assert p.retry == Retry(3, ExponentialBackoff())
+        assert p.retry == Retry(ExponentialBackoff(), 3)
         assert p.deadline.transfer_s == 1.5 and p.breaker == Breaker(9, 1.0)
         plain = MemoryStorage(HiCacheStorageConfig(extra_config={"store": store}), {})
         assert plain.transport.policies == Resilience.from_config(plain.config)  # type: ignore[attr-defined]

@@ -153,11 +153,16 @@ def test_backend_config_errors_propagate(store: str) -> None:
         _bridge(store, backend_config={"store": store, "no_such_key": 1})
 
 
-def test_marked_inside_sglang_exactly_when_sglang_is_loaded(store: str) -> None:
-    from hicache_sdk.resilience import inject
-
-    _bridge(store)
-    assert inject.is_inside_sglang() is SGLANG_LOADED
+def test_the_bridge_applies_no_injection_of_its_own(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's injector variables are SGLang's (its factory wraps the bridge): the SDK does
+    not read them, and no process-wide flag is set to decide it."""
+    monkeypatch.setenv("SGLANG_TEST_HICACHE_BACKEND_RANDOM_FAILURE", "1.0")
+    b = _bridge(store)
+    try:
+        assert b.inner.transport.exists(["k"]) == [None]
+        assert b.inner.metrics.errors() == {}  # no injected failure below the bridge
+    finally:
+        b.close()
 
 
 _FAKE_STORAGE = """
@@ -193,7 +198,6 @@ class StorageMetrics:
 _CHILD = """
 import sys
 import hicache_sdk.sglang as bridge_mod
-from hicache_sdk.resilience import inject
 import sglang.srt.mem_cache.hicache_storage as sgl
 import sglang.srt.observability.metrics_collector as mc
 from hicache_sdk.hostpool.mha import MHAHostPool
@@ -204,7 +208,6 @@ assert bridge_mod.sglang_storage_base() is sgl.HiCacheStorage
 assert issubclass(cls, sgl.HiCacheStorage)
 cfg = HiCacheStorageConfig(extra_config={**bridge_mod.BRIDGE_EXTRA_CONFIG, "backend": "memory"})
 b = cls(cfg, {})
-assert inject.is_inside_sglang() is True
 pool = MHAHostPool(16, 4, 1, 1, 4)
 b.register_mem_pool_host(pool)
 assert b.batch_set_v1(["ab" * 32], pool.alloc(4)) == [True]

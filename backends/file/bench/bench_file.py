@@ -13,6 +13,11 @@ the run with :func:`hicache_sdk.bench.harness.write_run`.
 Variants:
 * get warm: ``batch_get_v1`` into the host pool vs an ``open``/``os.preadv``/``close``
   loop over the same files into distinct buffers (the page-cache limit);
+* get warm, layer by layer (``--no-layers`` leaves it out): in the same interleaved rounds,
+  the raw loop, our file transport alone (``raw_transport.read`` of the same object names
+  into the same buffers), the resilience layer over it (``transport.read``: deadline,
+  breaker, worker hand-off) and the whole adapter (``batch_get_v1``); printed as the
+  per-page time of each and what each layer adds to the one below;
 * get cold (the files dropped from the page cache before every call, with
   ``POSIX_FADV_DONTNEED``): ours vs buffered 1 and 4 threads and O_DIRECT 4 and 8 threads
   (page-aligned buffers);
@@ -25,6 +30,7 @@ Variants:
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
 import mmap
 import os
@@ -89,6 +95,25 @@ def raw_read(paths: list[str], bufs: list[memoryview], threads: int = 1, direct:
             list(ex.map(one, range(len(paths))))
 
 
+def print_layers(res: BenchResult, pages: int) -> None:
+    """Per-page median of each layer and what it adds to the one below (µs per page)."""
+    med = res.medians()
+    rows = [
+        ("raw_preadv", "raw open/preadv/close loop"),
+        ("file_transport", "+ file transport"),
+        ("resilience", "+ resilience layer"),
+        ("ours", "+ paged adapter (batch_get_v1)"),
+    ]
+    print(f"{res.name}: per-page cost, median of {res.repeats} interleaved rounds of {pages} pages")
+    below = None
+    for label, what in rows:
+        us = med[label] / pages * 1e6
+        added = "" if below is None else f"  ({us - below:+8.2f})"
+        print(f"  {what:32s} {us:9.2f} µs/page{added}")
+        below = us
+    print(f"  raw / ours: {med['raw_preadv'] / med['ours']:.2f}")
+
+
 def bench_page(args: argparse.Namespace, page_kib: int) -> list[Any]:
     layers = page_kib * 1024 // (2 * 8 * 128 * 2 * TOKENS)
     n = args.pages
@@ -128,6 +153,30 @@ def bench_page(args: argparse.Namespace, page_kib: int) -> list[Any]:
     h.add("raw_preadv", lambda: raw_read(paths, bufs), nbytes=total)
     h.add("ours_checksum", get(s_ck), nbytes=total)
     results.append(h.run(repeats=args.repeats, warmup=1))
+
+    if args.layers:
+        # the same files and buffers, each layer of ours alone: the transport reads the
+        # objects by name, the resilience layer adds its deadline and worker hand-off, the
+        # adapter its names, pool slots and header checks
+        names = [os.path.relpath(p, root) for p in paths]
+        base = ctypes.addressof(ctypes.c_char.from_buffer(arena))
+        segs = [[(base + i * aligned, size)] for i in range(n)]
+        t, rt = s.raw_transport, s.transport
+
+        def layer(read: Callable[..., list[bool]]) -> Callable[[], None]:
+            def f() -> None:
+                assert read(names, segs) == [True] * n
+
+            return f
+
+        h = Harness(f"file-get-layers-{page_kib}KiB", params)
+        h.add("ours", get(s), nbytes=total)
+        h.add("raw_preadv", lambda: raw_read(paths, bufs), nbytes=total)
+        h.add("file_transport", layer(t.read), nbytes=total)
+        h.add("resilience", layer(rt.read), nbytes=total)
+        res = h.run(repeats=args.repeats, warmup=1)
+        results.append(res)
+        print_layers(res, n)
 
     if args.cold:
         all_paths = paths + page_files(root + "-ck")
@@ -226,6 +275,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-cold", dest="cold", action="store_false")
     ap.add_argument("--no-set", dest="set", action="store_false")
+    ap.add_argument("--no-layers", dest="layers", action="store_false")
     ap.add_argument("--out", default="", help="write the run here (hicache-bench-run/1)")
     args = ap.parse_args()
     os.makedirs(args.root, mode=0o700, exist_ok=True)

@@ -1,8 +1,9 @@
 """boto3 clients for the ``s3`` backend, the classification of their errors, and the
 guard that keeps credentials out of logs.
 
-* :func:`make_client` builds one botocore S3 client: ``standard`` retry mode (throttling
-  and 5xx, jittered exponential back-off) with the given attempts, per-attempt connect /
+* :func:`make_client` builds one botocore S3 client: botocore's retry mode ``retry_mode``
+  (``standard`` or ``adaptive``: throttling and 5xx, jittered exponential back-off) with the
+  given attempts, per-attempt connect /
   read timeouts, a connection pool sized to the concurrency, and payload checksums only
   where S3 requires them (a CRC over every page is CPU the SigV4 hash already spends).
   botocore's ``Expect: 100-continue`` header on every PUT of a file-like body is turned
@@ -84,7 +85,7 @@ def quiet_botocore_debug() -> None:
 def make_client(cfg: S3Config, *, attempts: int, connect_s: float, read_s: float) -> Any:
     """A botocore S3 client for ``cfg`` with these per-attempt limits (see module docs)."""
     bc = Config(
-        retries={"mode": "standard", "total_max_attempts": attempts},
+        retries={"mode": cfg.retry_mode, "total_max_attempts": attempts},
         connect_timeout=connect_s,
         read_timeout=read_s,
         max_pool_connections=max(10, cfg.max_concurrency + 4),

@@ -26,9 +26,13 @@
   caller threads together); the connection pool is sized to it.
 * ``connect_timeout_s`` / ``read_timeout_s`` [0.5 / 1.0 s]: per attempt (cut to
   ``exists_timeout_s`` for existence queries).
-* ``max_attempts`` [3, 1..20]: the retry budget (botocore's ``standard`` mode:
-  throttling, 5xx and connection errors, jittered exponential back-off); the attempts
-  actually used are cut so that every attempt and back-off fits the call's deadline
+* ``retry_mode`` ["standard"]: botocore's retry mode, ``"standard"`` (throttling, 5xx and
+  connection errors, jittered exponential back-off) or ``"adaptive"`` (the same, plus
+  client-side rate limiting while the store throttles). ``"legacy"`` is refused: its
+  back-off is not the one the deadline budget below is computed from.
+* ``max_attempts`` [3, 1..20]: the retry budget, attempts in all (botocore's
+  ``total_max_attempts``); the attempts actually used are cut so that every attempt and
+  botocore's largest back-off before each retry fit the call's deadline
   (``exists_timeout_s`` / ``transfer_timeout_s``), see :func:`attempts_within`.
 * ``conditional_put`` ["auto"]: ``"auto"`` (probe ``If-None-Match: *`` once, at the
   first write), ``"on"`` or ``"off"`` (HEAD-then-PUT, with a race: two writers may both
@@ -55,21 +59,47 @@ from typing import ClassVar
 from hicache_sdk import BackendConfig, secret_field
 from hicache_sdk.config import setting
 
-__all__ = ["S3Config", "attempts_within"]
+__all__ = ["RETRY_MODES", "S3Config", "attempts_within", "botocore_backoff_s"]
 
-#: botocore's standard retry mode sleeps up to ``base * 2**(i-1)`` seconds (jittered) before retry i.
-_BACKOFF_BASE_S = 1.0
+#: botocore's retry modes this backend accepts (``retry_mode``).
+RETRY_MODES = ("standard", "adaptive")
+
+
+class _Throttled:
+    """A throttling detector that calls every error throttling: botocore's largest scale."""
+
+    def is_throttling_error_from_context(self, context: object) -> bool:
+        return True
+
+    def is_throttling_error(self, **kwargs: object) -> bool:
+        return True
+
+
+def botocore_backoff_s(retry: int) -> float:
+    """The longest sleep botocore's standard / adaptive retry modes take before retry number
+    ``retry`` (1-based): botocore's own ``ExponentialBackoff`` asked with its random draw at
+    its maximum and the error a throttling one (its largest base). A server's
+    ``x-amz-retry-after`` header may stretch one back-off further; the call's deadline still
+    bounds it (the call is abandoned)."""
+    from botocore.retries import standard
+
+    try:
+        backoff = standard.ExponentialBackoff(random=lambda: 1.0, throttling_detector=_Throttled())
+    except TypeError:  # a botocore whose back-off has no throttling scale
+        backoff = standard.ExponentialBackoff(random=lambda: 1.0)
+    return float(backoff.delay_amount(standard.RetryContext(attempt_number=retry)))
 
 
 def attempts_within(deadline_s: float, per_attempt_s: float, budget: int) -> int:
     """The most attempts (``1..budget``) whose worst case -- every attempt timing out,
-    plus botocore's largest back-off before each retry -- fits ``deadline_s``. A deadline
-    of ``0`` (disabled) allows the whole ``budget``; at least one attempt is always made."""
+    plus botocore's largest back-off before each retry (:func:`botocore_backoff_s`) -- fits
+    ``deadline_s``. A deadline of ``0`` (disabled) allows the whole ``budget``; at least one
+    attempt is always made."""
     if deadline_s <= 0:
         return budget
     n = 1
     while n < budget:
-        worst = (n + 1) * per_attempt_s + sum(_BACKOFF_BASE_S * 2**i for i in range(n))
+        worst = (n + 1) * per_attempt_s + sum(botocore_backoff_s(i) for i in range(1, n + 1))
         if worst > deadline_s:
             break
         n += 1
@@ -96,6 +126,7 @@ class S3Config(BackendConfig):
     max_concurrency: int = setting(16, ge=1, le=1024)
     connect_timeout_s: float = setting(0.5, gt=0, le=3600, unit="seconds")
     read_timeout_s: float = setting(1.0, gt=0, le=3600, unit="seconds")
+    retry_mode: str = "standard"
     max_attempts: int = setting(3, ge=1, le=20)
     conditional_put: str = "auto"
     #: Raised from the shared 0.2 s (see the module docs); same range and unit.
@@ -104,6 +135,11 @@ class S3Config(BackendConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.retry_mode not in RETRY_MODES:
+            raise ValueError(
+                f"retry_mode must be one of {', '.join(RETRY_MODES)} (botocore's retry modes), "
+                f"got {self.retry_mode!r}"
+            )
         if not self.bucket:
             raise ValueError(
                 "bucket is required (an existing bucket name; set create_bucket=true to create it)"

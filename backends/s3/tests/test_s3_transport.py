@@ -154,6 +154,31 @@ def test_bad_config_names_the_key() -> None:
         S3Config.from_mapping({"bucket": "abc", "addressing_style": "sideways"}, environ={})
 
 
+def test_retries_speak_botocores_retry_modes(make: Callable[..., S3Transport]) -> None:
+    """``retry_mode`` and ``max_attempts`` go to botocore as they are (its own vocabulary);
+    the attempts are cut to the deadline with botocore's own largest back-off."""
+    from botocore.retries import standard
+    from hicache_backend_s3.config import attempts_within, botocore_backoff_s
+
+    from hicache_sdk import ConfigError
+
+    # the largest back-off is botocore's: its own ExponentialBackoff at the top of its draw
+    # (throttling scale), 2**(i-1) s in botocore 1.36+, capped at its maximum
+    assert [botocore_backoff_s(i) for i in (1, 2, 3)] == [1.0, 2.0, 4.0]
+    assert botocore_backoff_s(12) == float(standard.ExponentialBackoff._MAX_BACKOFF)
+    # 1.5 s per attempt: two attempts and one back-off fit 5 s (4 s), three do not (7.5 s)
+    assert attempts_within(5.0, 1.5, 3) == 2
+    assert attempts_within(7.5, 1.5, 3) == 3
+    assert attempts_within(0.5, 1.5, 3) == 1  # at least one
+    assert attempts_within(0, 1.5, 4) == 4  # no deadline: the whole budget
+    t = make(retry_mode="adaptive", max_attempts=4, transfer_timeout_s=0)
+    assert t._xfer.meta.config.retries == {"mode": "adaptive", "total_max_attempts": 4}
+    t = make(max_attempts=3, transfer_timeout_s=5.0, connect_timeout_s=0.5, read_timeout_s=1.0)
+    assert t._xfer.meta.config.retries == {"mode": "standard", "total_max_attempts": 2}
+    with pytest.raises(ConfigError, match="retry_mode must be one of standard, adaptive"):
+        S3Config.from_mapping({"bucket": "abc", "retry_mode": "legacy"}, environ={})
+
+
 def test_unreachable_endpoint_constructs_then_fails_batches() -> None:
     cfg = S3Config.from_mapping(
         {
@@ -316,6 +341,7 @@ def test_every_config_key_reads_its_environment_variable() -> None:
         "max_concurrency": ("7", 7),
         "connect_timeout_s": ("250ms", 0.25),
         "max_attempts": ("2", 2),
+        "retry_mode": ("adaptive", "adaptive"),
         "verify": ("false", False),
         "conditional_put": ("off", "off"),
         "addressing_style": ("path", "path"),
