@@ -62,6 +62,9 @@ signum
 frame
 exc_type
 exitstatus
+is_throttling_error_from_context  # botocore's throttling detector protocol (s3 config)
+is_throttling_error
+flag  # a deprecated no-op's parameter (set_inside_sglang)
 
 # Found by name, never imported: hooks looked up with getattr, ``module:Class`` strings,
 # entry points, code the tests generate, a lock read through ``__dict__``, a flag set on an
