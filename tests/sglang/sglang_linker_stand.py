@@ -50,6 +50,14 @@ def layer_bytes(pool: Any, layer: int, slots: torch.Tensor) -> bytes:
     return b"".join(bytes(b[slots].contiguous().view(torch.uint8).numpy()) for b in bufs)
 
 
+def flat_page(pool: Any, page_slots: torch.Tensor) -> bytes:
+    """A device page as the HiCache path stores it (``layer_first`` flat order): every K
+    layer, then every V layer."""
+    k = [bytes(pool.k_buffer[i][page_slots].contiguous().view(torch.uint8).numpy()) for i in range(LAYERS)]
+    v = [bytes(pool.v_buffer[i][page_slots].contiguous().view(torch.uint8).numpy()) for i in range(LAYERS)]
+    return b"".join(k) + b"".join(v)
+
+
 def all_bytes(pool: Any, slots: torch.Tensor) -> list[bytes]:
     return [layer_bytes(pool, layer, slots) for layer in range(LAYERS)]
 

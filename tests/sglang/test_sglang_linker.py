@@ -21,6 +21,7 @@ from sglang_linker_stand import (
     all_bytes,
     build,
     device_pool,
+    flat_page,
     layer_bytes,
     linker_config,
     page_keys,
@@ -154,3 +155,80 @@ def test_factory_refusals(tmp_path: Path) -> None:
             linker.offload(transfer(page_keys(1), torch.arange(1, 5)))
     finally:
         linker.close()
+
+
+def _bridge(name: str, cfg: dict[str, Any], model: str, host_pool: Any) -> Any:
+    """The HiCache path: our bridge built by SGLang's storage factory on a host pool."""
+    from sglang.srt.mem_cache import hicache_storage as sgl
+    from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
+
+    from hicache_sdk.sglang import BRIDGE_EXTRA_CONFIG
+
+    extra = {**BRIDGE_EXTRA_CONFIG, "backend": name, "backend_config": cfg}
+    sc = sgl.HiCacheStorageConfig(
+        tp_rank=0,
+        tp_size=1,
+        pp_rank=0,
+        pp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_mla_model=False,
+        enable_storage_metrics=False,
+        is_page_first_layout=False,
+        model_name=model,
+        extra_config=extra,
+    )
+    bridge = StorageBackendFactory.create_backend("dynamic", sc, host_pool)
+    bridge.register_mem_pool_host(host_pool)
+    return bridge
+
+
+@pytest.mark.parametrize("name", ["file", "redis"])
+def test_linker_pages_are_hicache_pages(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Under one key scheme and model, a page the linker offloads is a hit for the HiCache
+    path with a ``layer_first`` host pool, and the reverse: the same names, header identity
+    and bytes (all K layers, then all V layers)."""
+    from sglang_pools import mha_pool
+
+    cfg = backend_config(name, request, tmp_path)
+    model = f"org/both-{uuid.uuid4().hex[:8]}"
+    host = mha_pool("layer_first")
+    bridge = _bridge(name, cfg, model, host)
+    src = device_pool("mha", seed=5)
+    linker = build(src, linker_config(name, cfg), model=model)
+    try:
+        keys = page_keys(2)
+        assert linker.offload(transfer(keys, slots(3, 2))) is True
+        assert wait_offloads(linker, 1) == [True]
+        assert bridge.batch_exists(keys) == 2
+        hslots = host.alloc(2 * host.page_size)
+        assert bridge.batch_get_v1(keys, hslots) == [True, True]
+        for i in range(2):
+            want = flat_page(src, slots(3 + i, 1))
+            start = int(hslots[i * host.page_size])
+            got = bytes(host.get_data_page(start, flat=True).contiguous().view(torch.uint8).numpy())
+            assert got == want, f"page {i}: the HiCache path read other bytes than the linker wrote"
+
+        # the reverse: HiCache writes, the linker loads
+        back = page_keys(2, "back")
+        gen = torch.Generator().manual_seed(9)
+        for buf in host.kv_buffer if isinstance(host.kv_buffer, list) else [host.kv_buffer]:
+            raw = buf.view(torch.uint8)
+            raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+        assert bridge.batch_set_v1(back, hslots) == [True, True]
+        assert linker.lookup("b", transfer(back, None)) == [1, 2]
+        dst = device_pool("mha")
+        reader = build(dst, linker_config(name, cfg), model=model)
+        try:
+            assert reader.load("b", transfer(back, slots(8, 2))) is True
+            assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
+            for i in range(2):
+                start = int(hslots[i * host.page_size])
+                flat = bytes(host.get_data_page(start, flat=True).contiguous().view(torch.uint8).numpy())
+                got = flat_page(dst, slots(8 + i, 1))
+                assert got == flat, f"page {i}: the linker loaded other bytes than the HiCache path wrote"
+        finally:
+            reader.close()
+    finally:
+        linker.close()
+        bridge.close()
