@@ -51,6 +51,7 @@ collect_ignore = (
         "defects",
         "test_sglang_metric_names.py",
         "test_sglang_linker.py",
+        "test_sglang_linker_wrapper.py",
     ]
 )
 
