@@ -9,6 +9,10 @@ layer, at the moment ``wait_until(layer)`` returns.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+import shlex
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,9 +36,34 @@ from sglang_linker_stand import (
 from sglang_pools import LAYERS
 from sglang_servers import BACKEND_NAMES, backend_config
 
+from hicache_sdk.cli import main as hicache_main
 from hicache_sdk.errors import ConfigError
 
 Make = Callable[..., Any]
+
+
+def _operator_config(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The linker config as an operator gets it: ``hicache sglang-args NAME --config JSON
+    --linker`` (in process). S3's config holds a secret, which the command refuses to put
+    on a command line: that backend's config is built directly."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = hicache_main(["sglang-args", name, "--config", json.dumps(cfg), "--linker"])
+    if name == "s3":
+        assert rc == 2 and "secret_access_key" in err.getvalue()
+        assert cfg["secret_access_key"] not in err.getvalue() + out.getvalue()
+        return linker_config(name, cfg)
+    assert rc == 0, err.getvalue()
+    argv = shlex.split(out.getvalue().strip())
+    assert argv[:4] == [
+        "--enable-unified-cache-external-linker",
+        "--unified-cache-external-linker-backend",
+        "dynamic",
+        "--unified-cache-external-linker-config",
+    ]
+    config: dict[str, Any] = json.loads(argv[4])
+    assert config == linker_config(name, cfg)
+    return config
 
 
 @pytest.fixture(params=BACKEND_NAMES)
@@ -43,11 +72,13 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
     per test), closed at teardown."""
     name: str = request.param
     cfg = backend_config(name, request, tmp_path)
+    config = _operator_config(name, cfg)
     model = f"org/linker-{uuid.uuid4().hex[:8]}"
     made: list[Any] = []
 
     def mk(pool: Any, **extra: Any) -> Any:
-        linker = build(pool, linker_config(name, cfg, **extra), model=model)
+        doc = {**config, "linker_extra_config": {**config["linker_extra_config"], **extra}}
+        linker = build(pool, doc, model=model)
         made.append(linker)
         return linker
 
