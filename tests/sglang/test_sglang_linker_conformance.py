@@ -40,3 +40,26 @@ def test_broken_linker_fails_its_check(name: str, tmp_path: Path) -> None:
             CHECKS[check](e)
     finally:
         e.close()
+
+
+def test_hicache_check_engine_sglang_linker(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``hicache check NAME --engine sglang-linker``: the transport tests, then every check
+    (exit 0); a broken linker by ``module:Class`` fails with its check named (exit 1)."""
+    import json
+
+    from hicache_conformance.cli import main as check_main
+
+    cfg = json.dumps({"root": str(tmp_path / "ok")})
+    (tmp_path / "ok").mkdir()
+    report = tmp_path / "r.json"
+    assert check_main(["file", "--config", cfg, "--engine", "sglang-linker", "--report", str(report)]) == 0
+    doc = json.loads(report.read_text())
+    assert doc["linker"] == "hicache_sdk.sglang.linker:TransportLinker"
+    assert {k: v["outcome"] for k, v in doc["checks"].items()} == {k: "passed" for k in CHECKS}
+    capsys.readouterr()
+    broken = "hicache_conformance.broken.linkers:LongestPrefixOnly"
+    extra = json.dumps({"backend": "file", "backend_config": {"root": str(tmp_path)}})
+    assert check_main([broken, "--config", extra, "--engine", "sglang-linker"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL lookup_lists_every_prefix: lookup must list every restorable prefix" in out
+    assert "PASS layers_land_before_wait_returns" in out
