@@ -263,3 +263,44 @@ def test_linker_pages_are_hicache_pages(name: str, request: pytest.FixtureReques
     finally:
         linker.close()
         bridge.close()
+
+
+@pytest.mark.parametrize("ranged", [True, False])
+def test_layerwise_integrity_on_file(ranged: bool, tmp_path: Path) -> None:
+    """Layer-by-layer loads (ranged reads) keep the integrity rules of whole reads: a page
+    stored under another page's name fails at layer 0 (its trailer names the other page),
+    a flipped payload byte fails the checksum once the last layer lands; either way
+    ``finish`` is ``False`` and nothing raises."""
+    import os
+
+    cfg = {"root": str(tmp_path), "checksum": True}
+    model = f"org/lw-{uuid.uuid4().hex[:8]}"
+    src = device_pool("mha", seed=21)
+    writer = build(src, linker_config("file", cfg), model=model)
+    reader = build(device_pool("mha"), linker_config("file", cfg, ranged_reads=ranged), model=model)
+    try:
+        assert (writer._ranged is not None) and ((reader._ranged is not None) is ranged)
+        keys = page_keys(3)
+        assert writer.offload(transfer(keys, slots(1, 3))) is True
+        assert wait_offloads(writer, 1) == [True]
+        files = {k: p for p in tmp_path.rglob("*") if p.is_file() for k in keys if p.name.startswith(k)}
+        assert sorted(files) == sorted(keys)
+        os.replace(files[keys[0]], files[keys[1]])  # page 1's name now holds page 0's bytes
+        data = bytearray(files[keys[2]].read_bytes())
+        data[5] ^= 0xFF  # a flipped payload byte in page 2
+        files[keys[2]].write_bytes(bytes(data))
+        for bad in (keys[1], keys[2]):
+            assert reader.load("x", transfer([bad], slots(6, 1))) is True
+            index = reader.start_layer_wise_loading()
+            reader.layer_done_counter.set_consumer(index)
+            reader.layer_done_counter.wait_until(LAYERS - 1)
+            assert reader.finish_layer_wise_loading(index) is False, f"page {keys.index(bad)} loaded"
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_ranged_reads_refused_where_not_cheap(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    cfg = backend_config("redis", request, tmp_path)
+    with pytest.raises(ConfigError, match="cannot load layer by layer"):
+        build(device_pool("mha"), linker_config("redis", cfg, ranged_reads=True), model="m")

@@ -17,10 +17,12 @@ indices. So hit rules, key schemes, headers, integrity checks, deadlines and the
 are the backend's own, once:
 
 * ``lookup`` is the backend's ``batch_exists_v2(...).restorable_prefix_pages``;
-* a load batch is one ``batch_get_v2``; layer ``l`` is completed on the layer counter only
-  after the bytes of every page are in the device pool (on CPU pools the transport reads
-  into the pool's segments directly), in layer order; a failed page fails the batch, so
-  ``finish_layer_wise_loading`` returns ``False``; nothing raises into the forward pass;
+* a load batch is read layer by layer through the transport's ranged reads where they are
+  cheap (:mod:`.layerwise`: file, Mooncake), else with one ``batch_get_v2``; layer ``l`` is
+  completed on the layer counter only after its bytes in every page are in the device pool
+  (on CPU pools the transport reads into the pool's segments directly), in layer order; a
+  failed page fails the batch, so ``finish_layer_wise_loading`` returns ``False``; nothing
+  raises into the forward pass;
 * an offload is one ``batch_set_v2`` after the ``record_offload_ready`` events; its result
   is ``True`` only when every page is stored. Results pop in submission order.
 
@@ -49,6 +51,7 @@ import torch
 
 from ...errors import ConfigError
 from ...spec import HiCacheStorageExtraInfo, PoolName, PoolTransfer, pool_name_str
+from .layerwise import RangedLoader, ranged_reads_usable
 from .setup import LinkerSettings, model_name_of, rank_of
 from .view import DeviceKVView
 
@@ -122,6 +125,7 @@ class TransportLinker(_Base):
         self.mla = self.view.hicache_pool_kind == "mla"
         self.offload_owner = not self.mla or self.tp_rank == 0
         self.store = self._build_store(server_args, params)
+        self._ranged = self._ranged_loader()
         self.pools = {PoolName.KV: self.view}
         self.layer_done_counter = LayerWiseLoadCounter(self.num_layers)
         self._pending: dict[str, _Batch] = {}
@@ -172,6 +176,20 @@ class TransportLinker(_Base):
             store.close()
             raise
         return store
+
+    def _ranged_loader(self) -> RangedLoader | None:
+        wanted = self.settings.ranged_reads
+        if wanted is False:
+            return None
+        if ranged_reads_usable(self.store):
+            return RangedLoader(self.store, self.view)
+        if wanted:
+            self.store.close()
+            raise ConfigError(
+                f"ranged_reads: backend {self.settings.backend!r} cannot load layer by layer (its transport "
+                "has no cheap native read_ranges, or its key scheme has no page trailer)"
+            )
+        return None
 
     # -- arguments ---------------------------------------------------------------------------
     def _kv_batch(self, transfers: Sequence[Any], op: str) -> _Batch | None:
@@ -296,6 +314,11 @@ class TransportLinker(_Base):
         counter = self.layer_done_counter
         try:
             ready.synchronize()
+            if self._ranged is not None:
+                page_keys = [k for b in batches for k in b.keys]
+                starts = [int(s) for b in batches for s in b.indices[:: self.page_size].tolist()]
+                self._ranged.load(counter, index, page_keys, starts)
+                return
             results = self.store.batch_get_v2([self._transfer(batches)])
             got = [ok for oks in results.values() for ok in oks]
             missing = got.count(False)

@@ -13,7 +13,7 @@ from ...errors import ConfigError
 __all__ = ["LINKER_KEYS", "LinkerSettings", "rank_of", "model_name_of"]
 
 #: The keys ``linker_extra_config`` may hold.
-LINKER_KEYS = ("backend", "backend_config", "tp_rank", "tp_size")
+LINKER_KEYS = ("backend", "backend_config", "tp_rank", "tp_size", "ranged_reads")
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,17 @@ class LinkerSettings:
     * ``tp_rank`` / ``tp_size``: the rank, for a linker built outside a distributed group
       (the conformance suite does); by default read from ``torch.distributed`` and the
       server arguments.
+    * ``ranged_reads``: load layer by layer through the transport's ranged reads (``true``),
+      or page by page (``false``); by default (``null``) layer by layer where the backend's
+      transport reads ranges cheaply (file, Mooncake). ``true`` on a backend that cannot is
+      a ``ConfigError``.
     """
 
     backend: str
     backend_config: Mapping[str, Any]
     tp_rank: int | None = None
     tp_size: int | None = None
+    ranged_reads: bool | None = None
 
     @classmethod
     def from_mapping(cls, extra: Any) -> LinkerSettings:
@@ -61,7 +66,12 @@ class LinkerSettings:
             ranks[key] = value
         if ranks["tp_size"] == 0:
             raise ConfigError("linker_extra_config['tp_size'] must be >= 1")
-        return cls(backend, dict(config), ranks["tp_rank"], ranks["tp_size"])
+        ranged = extra.get("ranged_reads")
+        if ranged is not None and not isinstance(ranged, bool):
+            raise ConfigError(
+                f"linker_extra_config['ranged_reads'] must be true, false or null, got {ranged!r}"
+            )
+        return cls(backend, dict(config), ranks["tp_rank"], ranks["tp_size"], ranged)
 
 
 def rank_of(settings: LinkerSettings, server_args: Any, params: Any) -> tuple[int, int]:
