@@ -38,11 +38,13 @@ def _two(t: torch.Tensor) -> list[tuple[int, int]]:
 class RangeReadTests:
     """Mixin of :class:`TransportTests` (uses its ``transport`` and ``tkeys`` fixtures)."""
 
-    @staticmethod
-    def _stored(transport: Any, key: str) -> bytes:
+    def _stored(self, transport: Any, key: str) -> bytes:
+        """Write a pattern object and read it back whole first (so a transport whose reads
+        come back short is reported as reading short, as in every transport test)."""
         data = P.pattern(key, _N)
         src = torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
         assert transport.write([key], [[(src.data_ptr(), _N)]]) == [True], "the write reported False"
+        self._read_back(transport, key, data, "a just-written object")  # type: ignore[attr-defined]
         return data
 
     @level(1)
