@@ -304,3 +304,33 @@ def test_ranged_reads_refused_where_not_cheap(request: pytest.FixtureRequest, tm
     cfg = backend_config("redis", request, tmp_path)
     with pytest.raises(ConfigError, match="cannot load layer by layer"):
         build(device_pool("mha"), linker_config("redis", cfg, ranged_reads=True), model="m")
+
+
+def test_staging_ring_moves_the_same_pages(make: Make) -> None:
+    """The host staging ring (what CUDA pools use), forced on CPU pools with a ring smaller
+    than the batch: pages written through it read back without it, and the reverse; layers
+    land before ``wait_until`` returns; a missing page fails the batch."""
+    src, dst, plain_dst = device_pool("mha", seed=31), device_pool("mha"), device_pool("mha")
+    writer = make(src, staging=True, staging_pages=2)
+    assert writer.ring is not None and writer._ranged is None
+    keys = page_keys(3)
+    assert writer.offload(transfer(keys, slots(2, 3))) is True
+    assert wait_offloads(writer, 1) == [True]
+    plain = make(plain_dst, staging=False)
+    assert plain.lookup("p", transfer(keys, None)) == [1, 2, 3]
+    assert plain.load("p", transfer(keys, slots(8, 3))) is True
+    assert plain.finish_layer_wise_loading(plain.start_layer_wise_loading()) is True
+    assert all_bytes(plain_dst, slots(8, 3)) == all_bytes(src, slots(2, 3))
+
+    reader = make(dst, staging=True, staging_pages=2)
+    blank = all_bytes(dst, slots(5, 3))
+    assert reader.load("s", transfer(keys, slots(5, 3))) is True
+    assert all_bytes(dst, slots(5, 3)) == blank
+    index = reader.start_layer_wise_loading()
+    reader.layer_done_counter.set_consumer(index)
+    for layer in range(LAYERS):
+        reader.layer_done_counter.wait_until(layer)
+        assert layer_bytes(dst, layer, slots(5, 3)) == layer_bytes(src, layer, slots(2, 3)), f"layer {layer}"
+    assert reader.finish_layer_wise_loading(index) is True
+    assert reader.load("m", transfer([keys[0], page_keys(1)[0]], slots(9, 2))) is True
+    assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is False

@@ -33,10 +33,10 @@ pages are written by TP rank 0 only (``offload`` on another rank stores nothing 
 reports success, as SGLang's Mooncake linker does); ``reset`` waits for every queued load
 and offload and drops queued loads and unconsumed results; ``close`` is idempotent.
 
-Scope: plain MHA and MLA models (the ``FULL`` component) on CPU device pools. Other
-components (SWA, Mamba, ...) and CUDA device pools are refused at construction with a
-``ConfigError`` naming them: CUDA pools need a pinned staging ring with a copy stream,
-which is the seam :meth:`TransportLinker._check_device` guards.
+Scope: plain MHA and MLA models (the ``FULL`` component). Other components (SWA, Mamba,
+...) are refused at construction with a ``ConfigError`` naming them. CPU device pools are
+read and written in place; other device pools (CUDA) go through the host staging ring
+(:mod:`.staging`).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from ...errors import ConfigError
 from ...spec import HiCacheStorageExtraInfo, PoolName, PoolTransfer, pool_name_str
 from .layerwise import RangedLoader, ranged_reads_usable
 from .setup import LinkerSettings, model_name_of, rank_of
+from .staging import StagingRing
 from .view import DeviceKVView
 
 if TYPE_CHECKING:
@@ -119,13 +120,13 @@ class TransportLinker(_Base):
         self.page_size = int(params.page_size)
         kvcache = params.token_to_kv_pool_allocator.get_kvcache()
         self.view = DeviceKVView(kvcache, self.page_size)
-        self._check_device(self.view)
+        self.ring = self._staging_ring(kvcache, self.view)
         self.num_layers = self.view.layer_num
         self.tp_rank, self.tp_size = rank_of(self.settings, server_args, params)
         self.mla = self.view.hicache_pool_kind == "mla"
         self.offload_owner = not self.mla or self.tp_rank == 0
         self.store = self._build_store(server_args, params)
-        self._ranged = self._ranged_loader()
+        self._ranged = self._ranged_loader() if self.ring is None else None
         self.pools = {PoolName.KV: self.view}
         self.layer_done_counter = LayerWiseLoadCounter(self.num_layers)
         self._pending: dict[str, _Batch] = {}
@@ -142,15 +143,18 @@ class TransportLinker(_Base):
         self._offload_thread.start()
 
     # -- construction ------------------------------------------------------------------------
-    @staticmethod
-    def _check_device(view: DeviceKVView) -> None:
-        """The CUDA seam: device pools other than CPU need a pinned staging ring (host
-        memory a transport can address, a copy stream, events), which is not built yet."""
-        if not view.is_cpu:
+    def _staging_ring(self, kvcache: Any, view: DeviceKVView) -> StagingRing | None:
+        """The host staging ring when pages must go through host memory: always for a
+        pool a transport cannot address (not on the CPU), or when ``staging`` asks."""
+        wanted = self.settings.staging
+        if wanted is False and not view.is_cpu:
             raise ConfigError(
-                f"TransportLinker moves pages of CPU device pools only; this pool is on "
-                f"{view.device.type!r} (the CUDA staging ring is not implemented)"
+                f"staging: false, but the device pool is on {view.device.type!r}: a transport "
+                "reads and writes host memory only"
             )
+        if wanted or (wanted is None and not view.is_cpu):
+            return StagingRing(kvcache, view, self.settings.staging_pages)
+        return None
 
     def _build_store(self, server_args: Any, params: Any) -> Any:
         from ...config.storage import HiCacheStorageConfig
@@ -169,9 +173,10 @@ class TransportLinker(_Base):
             extra_config={},
         )
         store = create_backend(self.settings.backend, storage_config, dict(self.settings.backend_config))
+        host_view = self.ring.mirror if self.ring is not None else self.view
         try:
-            store.register_mem_pool_host(self.view)
-            store.register_mem_host_pool_v2(self.view, PoolName.KV)
+            store.register_mem_pool_host(host_view)
+            store.register_mem_host_pool_v2(host_view, PoolName.KV)
         except BaseException:
             store.close()
             raise
@@ -314,6 +319,10 @@ class TransportLinker(_Base):
         counter = self.layer_done_counter
         try:
             ready.synchronize()
+            if self.ring is not None:
+                rows = torch.cat([b.indices for b in batches])
+                self.ring.load(self.store, counter, index, [k for b in batches for k in b.keys], rows)
+                return
             if self._ranged is not None:
                 page_keys = [k for b in batches for k in b.keys]
                 starts = [int(s) for b in batches for s in b.indices[:: self.page_size].tolist()]
@@ -363,6 +372,8 @@ class TransportLinker(_Base):
             for event in events:
                 event.synchronize()
             info = HiCacheStorageExtraInfo(extra_info={"session_id": session_id}) if session_id else None
+            if self.ring is not None:
+                return self.ring.offload(self.store, batch.keys, batch.indices, info)
             results = self.store.batch_set_v2([self._transfer([batch])], info)
             oks = [ok for pool in results.values() for ok in pool]
             return bool(oks) and all(oks)

@@ -13,7 +13,7 @@ from ...errors import ConfigError
 __all__ = ["LINKER_KEYS", "LinkerSettings", "rank_of", "model_name_of"]
 
 #: The keys ``linker_extra_config`` may hold.
-LINKER_KEYS = ("backend", "backend_config", "tp_rank", "tp_size", "ranged_reads")
+LINKER_KEYS = ("backend", "backend_config", "tp_rank", "tp_size", "ranged_reads", "staging", "staging_pages")
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,10 @@ class LinkerSettings:
       or page by page (``false``); by default (``null``) layer by layer where the backend's
       transport reads ranges cheaply (file, Mooncake). ``true`` on a backend that cannot is
       a ``ConfigError``.
+    * ``staging``: move pages through the host staging ring (:mod:`.staging`); by default
+      (``null``) exactly when the device pool is not on the CPU. ``false`` with a CUDA pool
+      is a ``ConfigError`` (a transport cannot address device memory).
+    * ``staging_pages``: pages per half of the ring (default 64; the ring holds twice that).
     """
 
     backend: str
@@ -37,6 +41,8 @@ class LinkerSettings:
     tp_rank: int | None = None
     tp_size: int | None = None
     ranged_reads: bool | None = None
+    staging: bool | None = None
+    staging_pages: int = 64
 
     @classmethod
     def from_mapping(cls, extra: Any) -> LinkerSettings:
@@ -71,7 +77,13 @@ class LinkerSettings:
             raise ConfigError(
                 f"linker_extra_config['ranged_reads'] must be true, false or null, got {ranged!r}"
             )
-        return cls(backend, dict(config), ranks["tp_rank"], ranks["tp_size"], ranged)
+        staging = extra.get("staging")
+        if staging is not None and not isinstance(staging, bool):
+            raise ConfigError(f"linker_extra_config['staging'] must be true, false or null, got {staging!r}")
+        pages = extra.get("staging_pages", 64)
+        if isinstance(pages, bool) or not isinstance(pages, int) or pages < 1:
+            raise ConfigError(f"linker_extra_config['staging_pages'] must be an int >= 1, got {pages!r}")
+        return cls(backend, dict(config), ranks["tp_rank"], ranks["tp_size"], ranged, staging, pages)
 
 
 def rank_of(settings: LinkerSettings, server_args: Any, params: Any) -> tuple[int, int]:
