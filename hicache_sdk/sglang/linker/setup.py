@@ -59,7 +59,9 @@ class LinkerSettings:
                 "linker_extra_config['backend'] must name a hicache-sdk backend "
                 f"(as listed by `hicache backends`), got {backend!r}"
             )
-        config = extra.get("backend_config") or {}
+        config = extra.get("backend_config")
+        if config is None:
+            config = {}
         if not isinstance(config, Mapping):
             raise ConfigError(
                 f"linker_extra_config['backend_config'] must be a JSON object, got {type(config).__name__}"
