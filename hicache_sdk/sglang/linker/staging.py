@@ -74,18 +74,15 @@ class StagingRing:
         first = half * self.pages * self.page_size
         return torch.arange(first, first + n_pages * self.page_size, dtype=torch.int64)
 
-    def _copy(
-        self,
-        dst: list[tuple[torch.Tensor, ...]],
-        dst_rows: torch.Tensor,
-        src: list[tuple[torch.Tensor, ...]],
-        src_rows: torch.Tensor,
-        layer: int,
-    ) -> None:
-        device = dst[layer][0].device
-        d_rows, s_rows = dst_rows.to(device), src_rows.to(src[layer][0].device)
-        for d, s in zip(dst[layer], src[layer]):
-            d.index_copy_(0, d_rows, s.index_select(0, s_rows).to(device, non_blocking=True))
+    def _to_device(self, layer: int, dev_rows: torch.Tensor, lo: int, hi: int) -> None:
+        """Ring rows ``lo..hi`` (contiguous, pinned) to the device rows ``dev_rows``."""
+        for d, s in zip(self.device_view.layers[layer], self.mirror.layers[layer]):
+            d.index_copy_(0, dev_rows.to(d.device), s[lo:hi].to(d.device, non_blocking=True))
+
+    def _to_host(self, layer: int, dev_rows: torch.Tensor, lo: int, hi: int) -> None:
+        """The device rows ``dev_rows`` to ring rows ``lo..hi``."""
+        for d, s in zip(self.mirror.layers[layer], self.device_view.layers[layer]):
+            d[lo:hi].copy_(s.index_select(0, dev_rows.to(s.device)))
 
     def load(self, store: Any, counter: Any, index: int, keys: Sequence[str], rows: torch.Tensor) -> None:
         """Read ``keys`` into the device rows ``rows`` through the ring, completing layers
@@ -103,8 +100,9 @@ class StagingRing:
             last = first + self.pages >= n
             events = []
             with torch.cuda.stream(self.stream) if self.stream is not None else _nothing():
+                lo, hi = int(ring_rows[0]), int(ring_rows[-1]) + 1
                 for layer in range(layers):
-                    self._copy(self.device_view.layers, dev_rows, self.mirror.layers, ring_rows, layer)
+                    self._to_device(layer, dev_rows, lo, hi)
                     if self.stream is not None:
                         event = torch.cuda.Event()  # type: ignore[no-untyped-call]
                         event.record(self.stream)
@@ -123,8 +121,9 @@ class StagingRing:
             chunk = list(keys[first : first + self.pages])
             ring_rows = self._rows(1, len(chunk))
             dev_rows = rows[first * self.page_size : (first + len(chunk)) * self.page_size]
+            lo, hi = int(ring_rows[0]), int(ring_rows[-1]) + 1
             for layer in range(len(self.device_view.layers)):
-                self._copy(self.mirror.layers, ring_rows, self.device_view.layers, dev_rows, layer)
+                self._to_host(layer, dev_rows, lo, hi)
             if self.stream is not None:
                 torch.cuda.current_stream(self.device_view.device).synchronize()
             got = store.batch_set_v2(
