@@ -21,6 +21,12 @@ Rules every transport follows:
   success, so concurrent writers never rewrite a page (``link``/rename-no-replace,
   ``SET NX``, ``If-None-Match: *``, Mooncake ``put``);
 * an object is either wholly there or absent: no reader may see a partially written object.
+
+One verb is optional: :meth:`Transport.read_ranges` reads byte ranges of one object. The
+base class implements it with one whole read (:func:`read_ranges_whole`); a transport
+that can read ranges natively overrides it, and :func:`has_read_ranges` (derived from
+the override, never declared) tells callers so. ``cheap_ranges`` says a native
+``read_ranges`` costs about one request whatever the number of ranges.
 """
 
 from __future__ import annotations
@@ -39,12 +45,15 @@ __all__ = [
     "SIZE_UNKNOWN",
     "DeadlineScoped",
     "FailureReasons",
+    "Range",
     "Segment",
     "Segments",
     "SizedTransfer",
     "Transport",
     "TransportError",
+    "check_ranges",
     "check_reason",
+    "has_read_ranges",
     "is_io_error",
 ]
 
@@ -52,6 +61,9 @@ __all__ = [
 Segment = tuple[int, int]
 #: The scatter/gather list of one object.
 Segments = Sequence[Segment]
+#: One byte range of an object, for :meth:`Transport.read_ranges`: ``(offset, segments)``
+#: covers bytes ``offset .. offset + total size of segments`` of the object.
+Range = tuple[int, Segments]
 
 # -- failure reasons ---------------------------------------------------------------------
 # A transport never raises for a per-object I/O failure: it reports a miss and counts *why*
@@ -204,6 +216,9 @@ class Transport(ABC):
     #: raising one is a miss counted under its reason. Any other exception is a bug: still a
     #: miss, but logged at ERROR with its traceback and counted as ``bug:<ExceptionType>``.
     io_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    #: A native :meth:`read_ranges` costs about one request whatever the number of ranges
+    #: (a local file, an RDMA store); callers split a page into ranges only then.
+    cheap_ranges: ClassVar[bool] = False
 
     # -- failure reasons -----------------------------------------------------------------
     @property
@@ -266,6 +281,24 @@ class Transport(ABC):
         only the first occurrence).
         """
 
+    def read_ranges(self, key: str, ranges: Sequence[Range]) -> bool:
+        """Read byte ranges of object ``key``: ``ranges[i] = (offset, segments)`` fills
+        ``segments`` with the object's bytes from ``offset`` on.
+
+        ``True`` only when the object exists, every range lies within it and every byte
+        was read. A missing object, a range past its end (never a short read) or an I/O
+        error gives ``False``, with the segments' content unspecified. An empty range
+        (no bytes) within the object reads nothing; an empty list is ``True`` exactly when
+        the object exists. Ranges may overlap and come in any order. ``ValueError`` for a
+        negative offset or a malformed range, before any I/O.
+
+        Optional: this default reads the whole object once (:func:`read_ranges_whole`);
+        a transport that reads ranges natively overrides it (:func:`has_read_ranges`).
+        """
+        from .kit.ranges import read_ranges_whole
+
+        return read_ranges_whole(self, key, ranges)
+
     @abstractmethod
     def delete(self, keys: Sequence[str]) -> None:
         """Remove the objects if present; missing keys are ignored; errors are swallowed."""
@@ -298,3 +331,33 @@ class Transport(ABC):
         features it subclasses; a wrapper also offers those of the transport it wraps that it
         passes on (:attr:`~hicache_sdk.kit.wrapping.WrappingTransport.passes_on`)."""
         return self if isinstance(self, feature) else None
+
+
+def has_read_ranges(transport: Transport) -> bool:
+    """Whether ``transport`` reads byte ranges natively (its class overrides
+    :meth:`Transport.read_ranges`); otherwise a ranged read is one whole read."""
+    return type(transport).read_ranges is not Transport.read_ranges
+
+
+def check_ranges(ranges: Sequence[Range], arg: str = "ranges") -> list[tuple[int, int, Segments]]:
+    """``(offset, nbytes, segments)`` per range; ``ValueError`` naming ``arg[i]`` for a range
+    that is not ``(offset >= 0, [(address, nbytes >= 0), ...])`` of ints."""
+    if isinstance(ranges, (str, bytes)) or not isinstance(ranges, Sequence):
+        raise ValueError(f"{arg} must be a sequence of (offset, segments), got {type(ranges).__name__}")
+    out: list[tuple[int, int, Segments]] = []
+    for i, item in enumerate(ranges):
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise ValueError(f"{arg}[{i}] must be an (offset, segments) pair, got {item!r:.80}")
+        offset, segs = item
+        if type(offset) is not int or offset < 0:
+            raise ValueError(f"{arg}[{i}]: offset must be an int >= 0, got {offset!r:.40}")
+        total = 0
+        for seg in segs:
+            if not isinstance(seg, tuple) or len(seg) != 2:
+                raise ValueError(f"{arg}[{i}]: invalid segment {seg!r:.80}")
+            addr, n = seg
+            if type(addr) is not int or type(n) is not int or n < 0 or (n and addr <= 0):
+                raise ValueError(f"{arg}[{i}]: invalid segment ({addr!r}, {n!r})")
+            total += n
+        out.append((offset, total, segs))
+    return out

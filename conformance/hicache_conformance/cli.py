@@ -95,6 +95,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="whose host pools: auto (SGLang's own when SGLang is installed), sglang, sdk",
     )
+    p.add_argument(
+        "--engine",
+        default="sglang-hicache",
+        help="the engine contract: sglang-hicache (default: SGLang's HiCacheStorage) or sglang-linker "
+        "(SGLang's unified cache linker; NAME may then be module:Class of a linker)",
+    )
     p.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression")
     p.add_argument("-q", "--quiet", action="store_true", help="less output")
     return p
@@ -111,6 +117,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     import pytest
 
     args = _parser().parse_args(list(argv) if argv is not None else None)
+    from .engines import ENGINES, engine_runner
+
+    if args.engine not in ENGINES:
+        print(
+            f"hicache check: unknown --engine {args.engine!r} (known: {', '.join(ENGINES)})", file=sys.stderr
+        )
+        return 2
+    runner = engine_runner(args.engine)
+    if runner is not None:
+        return runner(args)
     if args.level:
         from .capabilities import parse_levels
 

@@ -21,7 +21,8 @@ values.
 
 The config is validated against the backend's typed config first (unknown keys, ranges),
 with the environment applied as the backend would, so a typo fails here and not in
-SGLang's attach. Exit: 0 printed, 2 usage / configuration error.
+SGLang's attach. Exit: 0 printed, 2 usage / configuration error. ``--linker`` prints the
+flags of the unified cache linker instead (:mod:`.linker_args`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dist", default=None, help="pick the distribution providing NAME")
     parser.add_argument("--json", action="store_true", help="print {args, secret_file, secret_keys} as JSON")
+    parser.add_argument(
+        "--linker",
+        action="store_true",
+        help="the flags of SGLang's unified cache linker (TransportLinker) instead of HiCache",
+    )
 
 
 def secret_keys(config_cls: type[BackendConfig] | None, config: dict[str, Any]) -> list[str]:
@@ -159,9 +165,18 @@ def run(args: argparse.Namespace) -> int:
     """Print the flags (``--json``: the whole result); exit 2 on a usage or config error."""
     try:
         config = parse_config_arg(args.config)
-        out = build_args(
-            args.name, config, secret_file=args.secret_file, dist=args.dist, metrics_port=args.metrics_port
-        )
+        if getattr(args, "linker", False):
+            from .linker_args import build_linker_args
+
+            out = {"secret_file": None, **build_linker_args(args.name, config, dist=args.dist)}
+        else:
+            out = build_args(
+                args.name,
+                config,
+                secret_file=args.secret_file,
+                dist=args.dist,
+                metrics_port=args.metrics_port,
+            )
     except (HiCacheError, ValueError, TypeError, OSError) as e:
         print(f"hicache sglang-args: {e}", file=sys.stderr)
         return 2

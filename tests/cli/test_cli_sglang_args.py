@@ -166,3 +166,25 @@ def test_metrics_port_is_a_top_level_bridge_key(capsys: pytest.CaptureFixture[st
     assert extra["metrics_port"] == 9400 and "backend_config" not in extra
     assert main(["sglang-args", "memory", "--metrics-port", "70000"]) == 2
     assert "--metrics-port must be 0..65535" in capsys.readouterr().err
+
+
+def test_linker_flags_and_refused_secret(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--linker``: SGLang's unified cache linker flags; a secret is refused (SGLang reads
+    that config inline only), and its value never appears in the output."""
+    assert main(["sglang-args", "memory", "--config", '{"store": "lk"}', "--linker"]) == 0
+    words = shlex.split(capsys.readouterr().out.strip())
+    assert words[:4] == [
+        "--enable-unified-cache-external-linker",
+        "--unified-cache-external-linker-backend",
+        "dynamic",
+        "--unified-cache-external-linker-config",
+    ]
+    assert json.loads(words[4]) == {
+        "linker": "TransportLinker",
+        "linker_module_path": "hicache_sdk.sglang.linker",
+        "linker_extra_config": {"backend": "memory", "backend_config": {"store": "lk"}},
+    }
+    assert main(["sglang-args", "memory", "--config", json.dumps({"namespace_salt": SALT}), "--linker"]) == 2
+    out = capsys.readouterr()
+    assert "namespace_salt" in out.err and "environment" in out.err
+    assert SALT not in out.out + out.err

@@ -56,6 +56,7 @@ from .capacity import CapacityLedger
 from .config import FileConfig, resolve_root
 from .fsops import prepare_root, process_umask, remove_stale_temps, walk_pages
 from .names import check_names, check_prefix
+from .ranges import RangePath
 from .reads import ReadPath, probe_nowait
 from .writes import WritePath
 
@@ -113,7 +114,7 @@ def _is_read_only(root_fd: int) -> bool:
         return False
 
 
-class FileTransport(ReadPath, WritePath, Transport):
+class FileTransport(RangePath, ReadPath, WritePath, Transport):
     """Pages as files under ``root`` (see the module docs). Thread-safe.
 
     ``config`` is a :class:`FileConfig`; ``environ`` (default ``os.environ``) is consulted

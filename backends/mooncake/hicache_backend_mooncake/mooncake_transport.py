@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 from hicache_sdk import SIZE_UNKNOWN, Capabilities, Segments, Transport, TransportError
 from hicache_sdk.kit.batches import first_occurrences, swap_if_all
+from hicache_sdk.transport import Range, check_ranges
 
 from . import clients
 from .config import MooncakeConfig
@@ -112,6 +113,8 @@ class MooncakeTransport(Transport):
     max_segments = 1 << 30
     #: None: the binding returns error codes and raises nothing for an I/O failure.
     io_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    #: ``read_ranges`` is one zero-copy call whatever the number of ranges
+    cheap_ranges = True
 
     def __init__(self, config: MooncakeConfig, segment_bytes: int, *, remove_broken: bool = False) -> None:
         self._cfg = config
@@ -369,6 +372,25 @@ class MooncakeTransport(Transport):
         if broken and self._remove_broken:
             self.delete(broken)  # ours and broken (default scheme only); errors swallowed
         return result
+
+    def read_ranges(self, key: str, ranges: Sequence[Range]) -> bool:
+        """Native ranged reads (:mod:`.ranges`): one size query and one zero-copy call.
+        A missing object, a range past the end or a failed transfer is ``False``."""
+        from .ranges import read_ranges_with
+
+        check_ranges(ranges)  # bad input raises before any I/O
+        try:
+            store = self._enter()
+        except TransportError as e:
+            self.count_failure(e.reason)
+            return False
+        try:
+            ok, reason = read_ranges_with(store, key, ranges)
+        finally:
+            self._leave()
+        if reason is not None:
+            self.count_failure(reason)
+        return ok
 
     def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """Create-if-absent (Mooncake ``put`` never overwrites); an existing key is success.

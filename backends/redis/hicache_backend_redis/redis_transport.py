@@ -55,6 +55,7 @@ import redis
 
 from hicache_sdk import Capabilities, Segments, Transport, TransportError
 from hicache_sdk.kit.batches import first_occurrences
+from hicache_sdk.transport import Range
 
 from .checks import check_data_connection, check_rights, check_sentinels
 from .client import IO_ERRORS, closing, redis_kwargs, run_commands, sentinel, transport_error
@@ -247,6 +248,12 @@ class RedisTransport(Transport):
             return [n or None for n in got]
 
         return self._redis("exists", run)
+
+    def read_ranges(self, key: str, ranges: Sequence[Range]) -> bool:
+        """``STRLEN`` and a ``GETRANGE`` per range in one round trip (:mod:`.ranges`)."""
+        from .ranges import read_ranges_redis
+
+        return read_ranges_redis(self, key, ranges)
 
     def read(
         self, keys: Sequence[str], buffers: Sequence[Segments], cancel: CancelGuard | None = None

@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar
 
 from hicache_sdk import Capabilities, HiCacheError, Segments, Transport, TransportError
+from hicache_sdk.transport import Range
 
 from .client import IO_ERRORS, classify, describe, endpoint_label, make_client
 from .config import S3Config, attempts_within
@@ -246,6 +247,12 @@ class S3Transport(Transport):
                 body.close()
 
         return [r is True for r in self._run(get, len(keys), "GET")]
+
+    def read_ranges(self, key: str, ranges: Sequence[Range]) -> bool:
+        """One ``HEAD``, then a ranged ``GET`` per range (:mod:`.ranges`)."""
+        from .ranges import read_ranges_s3
+
+        return read_ranges_s3(self, key, ranges)
 
     def _conditional_supported(self) -> bool:
         with self._lock:

@@ -22,7 +22,8 @@ a miss is ``False`` / ``None`` (never an exception), an object shorter or longer
 buffer is never read as ``True``, a foreign object (bytes no adapter wrote) reads back
 exactly, a write of an existing object leaves it untouched (create-if-absent), duplicate
 keys in one batch all report ``True`` and the object is the first copy, whole (the first
-write wins), and no reader ever sees a partially written object.
+write wins), and no reader ever sees a partially written object. Ranged reads:
+:mod:`.range_tests`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from .. import pools as P
 from ..base import BackendFactory, SuiteBase
 from ..capabilities import level
 from ..explain import describe_page
+from .range_tests import RangeReadTests
 
 __all__ = ["TransportTests"]
 
@@ -63,7 +65,7 @@ def _segs(t: torch.Tensor, parts: int = 1) -> list[tuple[int, int]]:
     return out
 
 
-class TransportTests(SuiteBase):
+class TransportTests(RangeReadTests, SuiteBase):
     """See the module docs."""
 
     @pytest.fixture

@@ -1,0 +1,109 @@
+"""Layer-by-layer loads through a transport's ranged reads (``Transport.read_ranges``).
+
+Used only where the raw transport reads ranges natively and cheaply (``cheap_ranges``:
+the file and Mooncake transports) and the key scheme stores one object per page with the
+SDK's integrity trailer (the ``default`` scheme). Each page object holds every K layer,
+then every V layer (:func:`~.view.layer_ranges`); layer ``l`` of a batch is one ranged read
+per page, into the device pool's segments, and is marked complete when every page's
+layer ``l`` has landed. Integrity holds as for whole reads:
+
+* layer 0's read includes each page's trailer, so identity, page and length are checked
+  before any layer completes (a foreign or torn page fails the batch at once);
+* the payload checksum, when the page carries one, is checked once the last layer has
+  landed, before that layer completes, so a mismatch makes ``finish`` return ``False``.
+
+The ranged reads go to the backend's raw transport: the resilience layer's deadlines and
+breaker wrap whole reads only, so a linker that needs them turns ranged reads off
+(``"ranged_reads": false``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+from ...paged.header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
+from ...transport import Segment, Transport, has_read_ranges
+from .view import DeviceKVView, layer_ranges
+
+__all__ = ["RangedLoader", "ranged_reads_usable"]
+
+
+def ranged_reads_usable(store: Any) -> bool:
+    """Whether ``store`` (a ``PagedStorage``) serves layer-by-layer loads: a raw transport
+    with cheap native ranged reads, and a key scheme with one trailered object per page."""
+    raw = getattr(store, "raw_transport", None)
+    scheme = getattr(store, "scheme", None)
+    return (
+        isinstance(raw, Transport)
+        and has_read_ranges(raw)
+        and bool(raw.cheap_ranges)
+        and bool(getattr(scheme, "has_header", False))
+    )
+
+
+class _Page:
+    __slots__ = ("name", "by_offset", "trailer", "obj")
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+        self.name: str = obj.name
+        self.by_offset: dict[int, Segment] = {}
+        pos = 0
+        for seg in obj.segments:
+            self.by_offset[pos] = seg
+            pos += seg[1]
+        self.trailer = (ctypes.c_char * TRAILER_SIZE)()
+
+
+class RangedLoader:
+    """Loads a batch layer by layer (see the module docs)."""
+
+    def __init__(self, store: Any, view: DeviceKVView) -> None:
+        self.transport: Transport = store.raw_transport
+        self.store = store
+        self.view = view
+        self.layers = layer_ranges(view)
+
+    def _pages(self, keys: Sequence[str], starts: Sequence[int]) -> list[_Page]:
+        from ...hostpool.describe import page_segments
+
+        kv = self.store._require_kv("linker load")
+        segs = page_segments(self.view, kv.layout, starts)
+        pages = []
+        for key, page_segs in zip(keys, segs):
+            objs = kv.objects(self.store.scheme, key, page_segs)
+            if len(objs) != 1 or not objs[0].has_header:
+                raise ValueError("ranged loads need one trailered object per page")
+            pages.append(_Page(objs[0]))
+        return pages
+
+    def load(self, counter: Any, index: int, keys: Sequence[str], starts: Sequence[int]) -> None:
+        """Read every layer of the pages ``keys`` into the slots starting at ``starts``,
+        completing each layer on ``counter`` (batch ``index``) once it has landed. Raises
+        on the first failure (the caller fails the batch)."""
+        pages = self._pages(keys, starts)
+        last = len(self.layers) - 1
+        headers: list[PageHeader] = []
+        for layer, spans in enumerate(self.layers):
+            for i, page in enumerate(pages):
+                ranges = [(off, [page.by_offset[off]]) for off, _ in spans]
+                if layer == 0:
+                    ranges.append((page.obj.payload_len, [(ctypes.addressof(page.trailer), TRAILER_SIZE)]))
+                if not self.transport.read_ranges(page.name, ranges):
+                    raise OSError(f"page {i}: layer {layer} did not read")
+                if layer == 0:
+                    try:
+                        header = PageHeader.decode(bytes(page.trailer))
+                        header.check(
+                            identity=page.obj.identity, page=page.obj.page, payload_len=page.obj.payload_len
+                        )
+                    except HeaderError as e:
+                        raise OSError(f"page {i}: integrity record: {e}") from None
+                    headers.append(header)
+            if layer == last:
+                for i, (page, header) in enumerate(zip(pages, headers)):
+                    if header.checksum is not None and crc32_segments(page.obj.segments) != header.checksum:
+                        raise OSError(f"page {i}: checksum mismatch")
+            counter.complete(index, layer)

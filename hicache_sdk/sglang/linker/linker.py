@@ -1,0 +1,426 @@
+"""``TransportLinker``: SGLang's ``UnifiedCacheLinker`` over any hicache-sdk backend.
+
+SGLang 0.5.23 loads it through its ``dynamic`` linker backend::
+
+    --enable-unified-cache-external-linker --unified-cache-external-linker-backend dynamic
+    --unified-cache-external-linker-config '{"linker": "TransportLinker",
+        "linker_module_path": "hicache_sdk.sglang.linker",
+        "linker_extra_config": {"backend": "file", "backend_config": {...}}}'
+
+(``hicache sglang-args NAME --linker`` prints these flags.) The factory calls
+``TransportLinker(server_args, params, components=..., extra_config=..., forward_stream=...)``.
+
+How it maps onto the backend: the device KV pool is registered with the backend (a
+:class:`~hicache_sdk.paged.adapter.PagedStorage`) as a ``layer_first`` host pool through
+:class:`~.view.DeviceKVView`; a transfer's ``device_indices`` are that view's host
+indices. So hit rules, key schemes, headers, integrity checks, deadlines and the breaker
+are the backend's own, once:
+
+* ``lookup`` is the backend's ``batch_exists_v2(...).restorable_prefix_pages``;
+* a load batch is read layer by layer through the transport's ranged reads where they are
+  cheap (:mod:`.layerwise`: file, Mooncake), else with one ``batch_get_v2``; layer ``l`` is
+  completed on the layer counter only after its bytes in every page are in the device pool
+  (on CPU pools the transport reads into the pool's segments directly), in layer order; a
+  failed page fails the batch, so ``finish_layer_wise_loading`` returns ``False``; nothing
+  raises into the forward pass;
+* an offload is one ``batch_set_v2`` after the ``record_offload_ready`` events; its result
+  is ``True`` only when every page is stored. Results pop in submission order.
+
+Rules: ``load`` and ``offload`` only queue (they validate their arguments and raise
+``ValueError`` for bad ones); nothing touches device memory before
+``start_layer_wise_loading``; ``cancel_queued_load`` before the start drops the load; MLA
+pages are written by TP rank 0 only (``offload`` on another rank stores nothing and
+reports success, as SGLang's Mooncake linker does); ``reset`` waits for every queued load
+and offload and drops queued loads and unconsumed results; ``close`` is idempotent.
+
+Scope: plain MHA and MLA models (the ``FULL`` component). Other components (SWA, Mamba,
+...) are refused at construction with a ``ConfigError`` naming them. CPU device pools are
+read and written in place; other device pools (CUDA) go through the host staging ring
+(:mod:`.staging`).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+
+from ...errors import ConfigError
+from ...spec import HiCacheStorageExtraInfo, PoolName, PoolTransfer, pool_name_str
+from .layerwise import RangedLoader, ranged_reads_usable
+from .setup import LinkerSettings, model_name_of, rank_of
+from .staging import StagingRing
+from .view import DeviceKVView
+
+if TYPE_CHECKING:
+
+    class _Base:  # what TransportLinker uses of SGLang's UnifiedCacheLinker
+        def record_offload_ready(self) -> list[Any]: ...
+
+    LayerWiseLoadCounter: Any = None
+else:
+    from sglang.srt.mem_cache.unified_cache.unified_cache_linker import (
+        LayerWiseLoadCounter,
+    )
+    from sglang.srt.mem_cache.unified_cache.unified_cache_linker import (
+        UnifiedCacheLinker as _Base,
+    )
+
+__all__ = ["LinkerLoadError", "TransportLinker"]
+
+log = logging.getLogger(__name__)
+
+_KV = PoolName.KV.value
+
+
+class LinkerLoadError(RuntimeError):
+    """Why a layer-wise load batch failed (held by the layer counter, never raised into
+    the forward pass: ``finish_layer_wise_loading`` reports ``False``)."""
+
+
+def _component_names(components: Any) -> list[str]:
+    return sorted(str(getattr(c, "name", c)) for c in (components or ()))
+
+
+class _Batch:
+    """One queued transfer of the KV pool: page keys and their device slots."""
+
+    __slots__ = ("keys", "indices")
+
+    def __init__(self, keys: list[str], indices: torch.Tensor) -> None:
+        self.keys = keys
+        self.indices = indices
+
+
+class TransportLinker(_Base):
+    """See the module docs."""
+
+    def __init__(
+        self,
+        server_args: Any,
+        params: Any,
+        *,
+        components: Any = None,
+        extra_config: Optional[dict[str, Any]] = None,
+        forward_stream: Any = None,
+    ) -> None:
+        self.forward_stream = forward_stream
+        self.settings = LinkerSettings.from_mapping(extra_config)
+        names = _component_names(components)
+        unsupported = [n for n in names if n != "FULL"]
+        if unsupported:
+            raise ConfigError(
+                f"TransportLinker serves the FULL component (plain MHA and MLA models); "
+                f"unsupported components: {unsupported}"
+            )
+        self.page_size = int(params.page_size)
+        kvcache = params.token_to_kv_pool_allocator.get_kvcache()
+        self.view = DeviceKVView(kvcache, self.page_size)
+        self.ring = self._staging_ring(kvcache, self.view)
+        self.num_layers = self.view.layer_num
+        self.tp_rank, self.tp_size = rank_of(self.settings, server_args, params)
+        self.mla = self.view.hicache_pool_kind == "mla"
+        self.offload_owner = not self.mla or self.tp_rank == 0
+        self.store = self._build_store(server_args, params)
+        self._ranged = self._ranged_loader() if self.ring is None else None
+        self.pools = {PoolName.KV: self.view}
+        self.layer_done_counter = LayerWiseLoadCounter(self.num_layers)
+        self._pending: dict[str, _Batch] = {}
+        self._lock = threading.Lock()
+        self._loads: queue.Queue[tuple[int, list[_Batch], Any] | None] = queue.Queue()
+        self._offloads: queue.Queue[tuple[_Batch, list[Any], Optional[str]] | None] = queue.Queue()
+        self._results: queue.Queue[bool] = queue.Queue()
+        self._closed = False
+        self._load_thread = threading.Thread(target=self._load_loop, daemon=True, name="hicache-linker-load")
+        self._offload_thread = threading.Thread(
+            target=self._offload_loop, daemon=True, name="hicache-linker-offload"
+        )
+        self._load_thread.start()
+        self._offload_thread.start()
+
+    # -- construction ------------------------------------------------------------------------
+    def _staging_ring(self, kvcache: Any, view: DeviceKVView) -> StagingRing | None:
+        """The host staging ring when pages must go through host memory: always for a
+        pool a transport cannot address (not on the CPU), or when ``staging`` asks."""
+        wanted = self.settings.staging
+        if wanted is False and not view.is_cpu:
+            raise ConfigError(
+                f"staging: false, but the device pool is on {view.device.type!r}: a transport "
+                "reads and writes host memory only"
+            )
+        if wanted or (wanted is None and not view.is_cpu):
+            return StagingRing(kvcache, view, self.settings.staging_pages)
+        return None
+
+    def _build_store(self, server_args: Any, params: Any) -> Any:
+        from ...config.storage import HiCacheStorageConfig
+        from ...registry import create_backend
+
+        storage_config = HiCacheStorageConfig(
+            tp_rank=self.tp_rank,
+            tp_size=self.tp_size,
+            pp_rank=int(getattr(params, "pp_rank", 0)),
+            pp_size=int(getattr(params, "pp_size", 1)),
+            attn_cp_rank=int(getattr(params, "attn_cp_rank", 0)),
+            attn_cp_size=int(getattr(params, "attn_cp_size", 1)),
+            is_mla_model=self.mla,
+            is_page_first_layout=False,
+            model_name=model_name_of(server_args),
+            extra_config={},
+        )
+        store = create_backend(self.settings.backend, storage_config, dict(self.settings.backend_config))
+        host_view = self.ring.mirror if self.ring is not None else self.view
+        try:
+            store.register_mem_pool_host(host_view)
+            store.register_mem_host_pool_v2(host_view, PoolName.KV)
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def _ranged_loader(self) -> RangedLoader | None:
+        wanted = self.settings.ranged_reads
+        if wanted is False:
+            return None
+        if ranged_reads_usable(self.store):
+            return RangedLoader(self.store, self.view)
+        if wanted:
+            self.store.close()
+            raise ConfigError(
+                f"ranged_reads: backend {self.settings.backend!r} cannot load layer by layer (its transport "
+                "has no cheap native read_ranges, or its key scheme has no page trailer)"
+            )
+        return None
+
+    # -- arguments ---------------------------------------------------------------------------
+    def _kv_batch(self, transfers: Sequence[Any], op: str) -> _Batch | None:
+        """The KV transfer's keys and device slots (``None`` when it has no keys);
+        ``ValueError`` naming what is wrong."""
+        if not isinstance(transfers, (list, tuple)):
+            raise ValueError(
+                f"{op}: transfers must be a list of PoolTransfer, got {type(transfers).__name__}"
+            )
+        kv = [t for t in transfers if pool_name_str(getattr(t, "name", None)) == _KV]
+        others = [pool_name_str(getattr(t, "name", None)) for t in transfers if t not in kv]
+        if others:
+            raise ValueError(f"{op}: TransportLinker serves the KV pool only, got transfers for {others}")
+        if len(kv) != 1:
+            raise ValueError(f"{op}: expected one KV transfer, got {len(kv)}")
+        keys = list(kv[0].keys or [])
+        if not keys:
+            return None
+        if not all(isinstance(k, str) for k in keys):
+            raise ValueError(f"{op}: transfer keys must be str")
+        indices = kv[0].device_indices
+        if indices is None:
+            indices = kv[0].host_indices
+        if not isinstance(indices, torch.Tensor):
+            raise ValueError(f"{op}: the KV transfer has no device_indices tensor")
+        indices = indices.detach().to(device="cpu", dtype=torch.int64).flatten()
+        if indices.numel() != len(keys) * self.page_size:
+            raise ValueError(
+                f"{op}: {indices.numel()} device indices for {len(keys)} pages of {self.page_size} slots"
+            )
+        from ...hostpool.describe import page_starts
+
+        page_starts(indices, self.page_size, self.view.size, arg=f"{op}: device_indices")
+        return _Batch(keys, indices)
+
+    @staticmethod
+    def _transfer(batches: Sequence[_Batch]) -> PoolTransfer:
+        keys = [k for b in batches for k in b.keys]
+        indices = torch.cat([b.indices for b in batches]) if len(batches) > 1 else batches[0].indices
+        return PoolTransfer(name=PoolName.KV, host_indices=indices, keys=keys)
+
+    # -- lookup ------------------------------------------------------------------------------
+    def lookup(self, rid: str, transfers: list[Any]) -> list[int]:
+        """Every prefix length (pages) whose pages all exist, ascending: the backend's
+        ``batch_exists_v2`` fold (local to this rank; keys carry the rank where the pages
+        are rank-local). An I/O failure is a miss (``[]``)."""
+        kv = [t for t in transfers if pool_name_str(getattr(t, "name", None)) == _KV]
+        keys = list(kv[0].keys or []) if kv else []
+        if not keys:
+            return []
+        try:
+            result = self.store.batch_exists_v2(keys, [])
+        except ValueError:
+            raise
+        except Exception as e:  # never raise an I/O failure into the scheduler
+            log.warning("linker lookup failed (%s): a miss", type(e).__name__)
+            return []
+        restorable = result.restorable_prefix_pages
+        if restorable is None:
+            return list(range(1, int(result.kv_hit_pages) + 1))
+        return sorted(int(p) for p in restorable)
+
+    # -- loads -------------------------------------------------------------------------------
+    def load(self, rid: str, transfers: list[Any]) -> bool:
+        """Queue a load into the transfers' device slots (nothing moves until
+        ``start_layer_wise_loading``). ``False`` when there is nothing to load or the
+        linker is closed; ``ValueError`` for bad arguments or a rid already queued."""
+        batch = self._kv_batch(transfers, "load")
+        if batch is None or self._closed:
+            return False
+        with self._lock:
+            if rid in self._pending:
+                raise ValueError(f"load: rid {rid!r} already has a queued load")
+            self._pending[rid] = batch
+        return True
+
+    def cancel_queued_load(self, rid: str) -> bool:
+        with self._lock:
+            return self._pending.pop(rid, None) is not None
+
+    def start_layer_wise_loading(self) -> int:
+        """Start every queued load as one batch; its layer-counter index, or -1 when none
+        was queued."""
+        with self._lock:
+            pending, self._pending = list(self._pending.values()), {}
+        if not pending or self._closed:
+            return -1
+        index: int = self.layer_done_counter.update_producer()
+        ready = self._event()
+        self._loads.put((index, pending, ready))
+        return index
+
+    def finish_layer_wise_loading(self, counter_index: int) -> bool:
+        """Wait until batch ``counter_index`` stops writing device memory; ``True`` when
+        every layer landed. Never raises."""
+        if counter_index < 0:
+            return True
+        try:
+            return bool(self.layer_done_counter.finish(counter_index))
+        except Exception as e:
+            log.warning("linker finish failed (%s)", type(e).__name__)
+            return False
+
+    def _event(self) -> Any:
+        module = getattr(torch, self.view.device.type)
+        event = module.Event()
+        event.record()
+        return event
+
+    def _load_loop(self) -> None:
+        while True:
+            task = self._loads.get()
+            try:
+                if task is None:
+                    return
+                index, batches, ready = task
+                self._load_batch(index, batches, ready)
+            finally:
+                self._loads.task_done()
+
+    def _load_batch(self, index: int, batches: list[_Batch], ready: Any) -> None:
+        counter = self.layer_done_counter
+        try:
+            ready.synchronize()
+            if self.ring is not None:
+                rows = torch.cat([b.indices for b in batches])
+                self.ring.load(self.store, counter, index, [k for b in batches for k in b.keys], rows)
+                return
+            if self._ranged is not None:
+                page_keys = [k for b in batches for k in b.keys]
+                starts = [int(s) for b in batches for s in b.indices[:: self.page_size].tolist()]
+                self._ranged.load(counter, index, page_keys, starts)
+                return
+            results = self.store.batch_get_v2([self._transfer(batches)])
+            got = [ok for oks in results.values() for ok in oks]
+            missing = got.count(False)
+            if missing or not got:
+                raise LinkerLoadError(f"{missing} of {len(got)} pages did not load")
+            for layer in range(self.num_layers):  # every page's bytes are in the pool
+                counter.complete(index, layer)
+        except BaseException as e:
+            log.warning("linker load batch %d failed: %s", index, e)
+            try:
+                counter.fail(index, e if isinstance(e, Exception) else LinkerLoadError(str(e)))
+            except Exception:  # a reset dropped the batch meanwhile
+                pass
+
+    # -- offloads ----------------------------------------------------------------------------
+    def offload(self, transfers: list[Any], session_id: Optional[str] = None) -> bool:
+        """Queue the pages for storage after the ``record_offload_ready`` events; one
+        result per call pops from ``pop_completed_offload`` in call order. ``False`` when
+        there is nothing to store or the linker is closed."""
+        batch = self._kv_batch(transfers, "offload")
+        if batch is None or self._closed:
+            return False
+        if not self.offload_owner:  # MLA: another rank holds the same bytes and writes them
+            self._results.put(True)
+            return True
+        self._offloads.put((batch, list(self.record_offload_ready()), session_id))
+        return True
+
+    def _offload_loop(self) -> None:
+        while True:
+            task = self._offloads.get()
+            try:
+                if task is None:
+                    return
+                batch, events, session_id = task
+                self._results.put(self._store_batch(batch, events, session_id))
+            finally:
+                self._offloads.task_done()
+
+    def _store_batch(self, batch: _Batch, events: list[Any], session_id: Optional[str]) -> bool:
+        try:
+            for event in events:
+                event.synchronize()
+            info = HiCacheStorageExtraInfo(extra_info={"session_id": session_id}) if session_id else None
+            if self.ring is not None:
+                return self.ring.offload(self.store, batch.keys, batch.indices, info)
+            results = self.store.batch_set_v2([self._transfer([batch])], info)
+            oks = [ok for pool in results.values() for ok in pool]
+            return bool(oks) and all(oks)
+        except Exception as e:
+            log.warning("linker offload failed (%s): reported as failed", type(e).__name__)
+            return False
+
+    def num_completed_offloads(self) -> int:
+        return self._results.qsize()
+
+    def pop_completed_offload(self) -> bool:
+        """The oldest completed offload's result (``False`` when none is waiting)."""
+        try:
+            return self._results.get_nowait()
+        except queue.Empty:
+            return False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Drop queued loads, wait for started loads and queued offloads, drop unconsumed
+        results and reset the layer counter."""
+        with self._lock:
+            self._pending.clear()
+        self._loads.join()
+        self._offloads.join()
+        while True:
+            try:
+                self._results.get_nowait()
+            except queue.Empty:
+                break
+        self.layer_done_counter.reset()
+
+    def close(self) -> None:
+        """Quiesce (as :meth:`reset`), stop the threads and close the backend. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.reset()
+        self._loads.put(None)
+        self._offloads.put(None)
+        self._load_thread.join()
+        self._offload_thread.join()
+        self.store.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"TransportLinker(backend={self.settings.backend!r}, kind={self.view.hicache_pool_kind!r}, "
+            f"layers={self.num_layers}, tp_rank={self.tp_rank}/{self.tp_size})"
+        )

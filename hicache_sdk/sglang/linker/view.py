@@ -1,0 +1,127 @@
+"""A host-pool view of a plain device KV pool, so the paged adapter can move its pages.
+
+SGLang 0.5.23's own linker view builder (``resolve_hybrid_device_pool_group``) serves hybrid
+models only: it refuses a plain MHA or MLA pool. :class:`DeviceKVView` is built from the
+pool's public per-layer buffers instead (``k_buffer`` / ``v_buffer`` for MHA, ``kv_buffer``
+for MLA) and looks like a ``layer_first`` host pool to :func:`~hicache_sdk.hostpool.describe.describe_pool`:
+
+* a page is the per-layer segments ``k0, v0, k1, v1, ...`` (MHA) or ``l0, l1, ...`` (MLA),
+  exactly what SGLang's ``layer_first`` host pools report, so the object bytes (all K layers,
+  then all V layers) and the layout identity are the same as the HiCache path's for a
+  ``layer_first`` host pool of the same model;
+* slots are the device pool's rows (its padding page included), so a transfer's
+  ``device_indices`` are the view's host indices.
+
+Never imports sglang: it reads the attributes SGLang's device pools define.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...errors import ConfigError
+
+__all__ = ["DeviceKVView", "layer_ranges"]
+
+_MHA_GEOMETRY = ("layer_num", "head_num", "head_dim", "v_head_dim")
+_MLA_GEOMETRY = ("layer_num", "kv_lora_rank", "qk_rope_head_dim", "kv_cache_dim")
+
+
+def _tensors(value: Any, what: str) -> list[torch.Tensor]:
+    if (
+        not isinstance(value, (list, tuple))
+        or not value
+        or not all(isinstance(t, torch.Tensor) for t in value)
+    ):
+        raise ConfigError(f"device KV pool: {what} must be a non-empty list of per-layer tensors")
+    return list(value)
+
+
+class DeviceKVView:
+    """A ``layer_first`` host-pool view over a plain MHA or MLA device pool (see the module
+    docs). ``ConfigError`` naming the pool for anything else."""
+
+    layout = "layer_first"
+
+    def __init__(self, pool: Any, page_size: int) -> None:
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size <= 0:
+            raise ConfigError(f"page_size must be a positive integer, got {page_size!r}")
+        name = type(pool).__name__
+        if isinstance(getattr(pool, "k_buffer", None), (list, tuple)):
+            self.hicache_pool_kind = "mha"
+            k, v = _tensors(pool.k_buffer, "k_buffer"), _tensors(pool.v_buffer, "v_buffer")
+            if len(k) != len(v):
+                raise ConfigError(f"{name}: {len(k)} K layers but {len(v)} V layers")
+            self.layers: list[tuple[torch.Tensor, ...]] = [(a, b) for a, b in zip(k, v)]
+            attrs = _MHA_GEOMETRY
+        elif isinstance(getattr(pool, "kv_buffer", None), (list, tuple)) and hasattr(pool, "kv_lora_rank"):
+            self.hicache_pool_kind = "mla"
+            self.layers = [(t,) for t in _tensors(pool.kv_buffer, "kv_buffer")]
+            attrs = _MLA_GEOMETRY
+        else:
+            raise ConfigError(
+                f"{name} is neither a plain MHA pool (k_buffer/v_buffer) nor a plain MLA pool "
+                "(kv_buffer with kv_lora_rank): TransportLinker serves plain MHA and MLA models"
+            )
+        tensors = [t for layer in self.layers for t in layer]
+        devices = {t.device.type for t in tensors}
+        if len(devices) != 1:
+            raise ConfigError(f"{name}: buffers on several devices {sorted(devices)}")
+        self.device = tensors[0].device
+        if not all(t.is_contiguous() for t in tensors):
+            raise ConfigError(f"{name}: a per-layer buffer is not contiguous")
+        rows = min(t.shape[0] for t in tensors)
+        if rows < page_size:
+            raise ConfigError(f"{name}: {rows} rows, fewer than one page of {page_size}")
+        self.page_size = page_size
+        self.size = rows // page_size * page_size
+        self.dtype = pool.dtype
+        for attr in attrs:
+            value = getattr(pool, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                setattr(self, attr, value)
+        self.layer_num = len(self.layers)
+        #: what the transport registers (every per-layer buffer)
+        self.kv_buffer = tensors
+        self._row_bytes = [tuple(t.stride(0) * t.element_size() for t in layer) for layer in self.layers]
+        self._bases = [tuple(t.data_ptr() for t in layer) for layer in self.layers]
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device.type == "cpu"
+
+    def page_segment_sizes(self) -> list[int]:
+        """Byte size of each segment of one page, in ``get_page_buffer_meta`` order."""
+        return [rb * self.page_size for layer in self._row_bytes for rb in layer]
+
+    def get_page_buffer_meta(self, indices: torch.Tensor) -> tuple[list[int], list[int]]:
+        """``(ptrs, sizes)`` of every page of ``indices`` (aligned contiguous runs of
+        ``page_size`` slots), each page as its per-layer segments."""
+        from ...hostpool.describe import page_starts
+
+        starts = page_starts(indices.to("cpu"), self.page_size, self.size, arg="indices")
+        ptrs: list[int] = []
+        sizes: list[int] = []
+        for s in starts:
+            for bases, row_bytes in zip(self._bases, self._row_bytes):
+                for base, rb in zip(bases, row_bytes):
+                    ptrs.append(base + s * rb)
+                    sizes.append(rb * self.page_size)
+        return ptrs, sizes
+
+
+def layer_ranges(view: DeviceKVView) -> list[list[tuple[int, int]]]:
+    """Per layer, the ``(offset, nbytes)`` byte ranges of that layer in a page object
+    (objects hold all K layers, then all V layers: the flat order of a ``layer_first``
+    page)."""
+    per_layer = [[rb * view.page_size for rb in layer] for layer in view._row_bytes]
+    n_parts = len(per_layer[0])
+    out: list[list[tuple[int, int]]] = [[] for _ in per_layer]
+    offset = 0
+    for part in range(n_parts):
+        for layer, sizes in enumerate(per_layer):
+            out[layer].append((offset, sizes[part]))
+            offset += sizes[part]
+    return out

@@ -1,0 +1,119 @@
+"""Build hicache-sdk's ``TransportLinker`` the way SGLang 0.5.23 does, over real CPU device
+pools: ``create_unified_cache_linker(server_args, params, backend="dynamic", config=...,
+components=...)`` with SGLang's own ``CacheInitParams`` and ``MHATokenToKVPool`` /
+``MLATokenToKVPool``. Only imported when the real SGLang is installed."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.linker_factory import create_unified_cache_linker
+from sglang_pools import DTYPE, HEAD_DIM, HEADS, KV_LORA_RANK, LAYERS, PAGE_SIZE, QK_ROPE_HEAD_DIM
+
+DEVICE_TOKENS = 64
+
+
+def device_pool(kind: str = "mha", seed: int | None = None) -> Any:
+    """A real SGLang device pool on CPU (``mha`` or ``mla``), filled from ``seed`` (else zero)."""
+    if kind == "mha":
+        pool = MHATokenToKVPool(DEVICE_TOKENS, PAGE_SIZE, DTYPE, HEADS, HEAD_DIM, LAYERS, "cpu", False)
+        bufs = [*pool.k_buffer, *pool.v_buffer]
+    else:
+        pool = MLATokenToKVPool(
+            DEVICE_TOKENS, PAGE_SIZE, DTYPE, KV_LORA_RANK, QK_ROPE_HEAD_DIM, LAYERS, "cpu", False
+        )
+        bufs = list(pool.kv_buffer)
+    gen = torch.Generator().manual_seed(seed or 0)
+    for b in bufs:
+        raw = b.view(torch.uint8)
+        if seed is None:
+            raw.zero_()
+        else:
+            raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+    return pool
+
+
+def layer_bytes(pool: Any, layer: int, slots: torch.Tensor) -> bytes:
+    """The bytes of ``slots`` in one layer of a device pool (K then V for MHA)."""
+    bufs = (
+        [pool.k_buffer[layer], pool.v_buffer[layer]] if hasattr(pool, "k_buffer") else [pool.kv_buffer[layer]]
+    )
+    return b"".join(bytes(b[slots].contiguous().view(torch.uint8).numpy()) for b in bufs)
+
+
+def flat_page(pool: Any, page_slots: torch.Tensor) -> bytes:
+    """A device page as the HiCache path stores it (``layer_first`` flat order): every K
+    layer, then every V layer."""
+    k = [bytes(pool.k_buffer[i][page_slots].contiguous().view(torch.uint8).numpy()) for i in range(LAYERS)]
+    v = [bytes(pool.v_buffer[i][page_slots].contiguous().view(torch.uint8).numpy()) for i in range(LAYERS)]
+    return b"".join(k) + b"".join(v)
+
+
+def all_bytes(pool: Any, slots: torch.Tensor) -> list[bytes]:
+    return [layer_bytes(pool, layer, slots) for layer in range(LAYERS)]
+
+
+def linker_config(backend: str, backend_config: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "linker": "TransportLinker",
+        "linker_module_path": "hicache_sdk.sglang.linker",
+        "linker_extra_config": {"backend": backend, "backend_config": backend_config, **extra},
+    }
+
+
+def build(
+    pool: Any,
+    config: dict[str, Any],
+    *,
+    model: str,
+    components: set[Any] | None = None,
+    module_class: tuple[str, str] | None = None,
+) -> Any:
+    """A linker built by SGLang's own factory over ``pool``."""
+    if module_class is not None:
+        config = {**config, "linker_module_path": module_class[0], "linker": module_class[1]}
+    params = CacheInitParams(
+        disable=False,
+        req_to_token_pool=None,
+        token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: pool),
+        page_size=PAGE_SIZE,
+    )
+    server_args = SimpleNamespace(model_path=model, tp_size=1)
+    return create_unified_cache_linker(
+        server_args,
+        params,
+        backend="dynamic",
+        config=config,
+        components=components if components is not None else {ComponentType.FULL},
+    )
+
+
+def page_keys(n: int, salt: str = "") -> list[str]:
+    base = uuid.uuid4().hex + salt
+    return [hashlib.sha256(f"{base}-{i}".encode()).hexdigest() for i in range(n)]
+
+
+def slots(first_page: int, n_pages: int) -> torch.Tensor:
+    return torch.arange(first_page * PAGE_SIZE, (first_page + n_pages) * PAGE_SIZE, dtype=torch.int64)
+
+
+def transfer(keys: list[str], indices: torch.Tensor | None) -> list[Any]:
+    return [PoolTransfer(name=PoolName.KV, keys=list(keys), device_indices=indices)]
+
+
+def wait_offloads(linker: Any, n: int, timeout: float = 20.0) -> list[bool]:
+    """Pop ``n`` completed offloads (in order), waiting at most ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while linker.num_completed_offloads() < n:
+        assert time.monotonic() < end, f"only {linker.num_completed_offloads()} of {n} offloads completed"
+        time.sleep(0.005)
+    return [linker.pop_completed_offload() for _ in range(n)]

@@ -1,0 +1,102 @@
+"""The SGLang-free parts of the linker (run everywhere): its settings, the device-pool
+view, the object byte ranges of each layer, and the staging ring over the ``memory``
+backend with a duck-typed CPU device pool."""
+
+from __future__ import annotations
+
+import hashlib
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from hicache_sdk.errors import ConfigError
+from hicache_sdk.memory import MemoryStorage
+from hicache_sdk.sglang.linker import DeviceKVView, LinkerSettings, layer_ranges
+from hicache_sdk.sglang.linker.staging import StagingRing
+from hicache_sdk.spec import HiCacheStorageConfig
+
+LAYERS, HEADS, DIM, PAGE = 3, 2, 8, 4
+
+
+def _mha(rows: int = 32, seed: int = 1) -> Any:
+    gen = torch.Generator().manual_seed(seed)
+
+    def buf() -> torch.Tensor:
+        return torch.randint(-50, 50, (rows, HEADS, DIM), generator=gen).to(torch.bfloat16)
+
+    return SimpleNamespace(
+        k_buffer=[buf() for _ in range(LAYERS)],
+        v_buffer=[buf() for _ in range(LAYERS)],
+        dtype=torch.bfloat16,
+        layer_num=LAYERS,
+        head_num=HEADS,
+        head_dim=DIM,
+        v_head_dim=DIM,
+    )
+
+
+def test_settings() -> None:
+    s = LinkerSettings.from_mapping({"backend": "file", "backend_config": {"root": "/x"}, "staging_pages": 8})
+    assert (s.backend, dict(s.backend_config), s.staging_pages, s.ranged_reads, s.staging) == (
+        "file",
+        {"root": "/x"},
+        8,
+        None,
+        None,
+    )
+    for bad, why in (
+        ({}, "must name a hicache-sdk backend"),
+        ({"backend": "file", "nope": 1}, "unknown keys \\['nope'\\]"),
+        ({"backend": "file", "backend_config": []}, "must be a JSON object"),
+        ({"backend": "file", "tp_rank": -1}, "tp_rank"),
+        ({"backend": "file", "ranged_reads": "yes"}, "ranged_reads"),
+        ({"backend": "file", "staging_pages": 0}, "staging_pages"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            LinkerSettings.from_mapping(bad)
+
+
+def test_view_segments_and_layer_ranges() -> None:
+    pool = _mha()
+    view = DeviceKVView(pool, PAGE)
+    row = HEADS * DIM * 2
+    assert view.hicache_pool_kind == "mha" and view.size == 32 and view.layer_num == LAYERS
+    ptrs, sizes = view.get_page_buffer_meta(torch.arange(4, 8))
+    want = [t.data_ptr() + 4 * row for pair in zip(pool.k_buffer, pool.v_buffer) for t in pair]
+    assert ptrs == want and sizes == [PAGE * row] * (2 * LAYERS)  # k0, v0, k1, v1, ...
+    # in the object: every K layer, then every V layer
+    seg = PAGE * row
+    assert layer_ranges(view) == [[(i * seg, seg), ((LAYERS + i) * seg, seg)] for i in range(LAYERS)]
+    with pytest.raises(ValueError, match="starts at slot 1"):
+        view.get_page_buffer_meta(torch.arange(1, 5))
+    with pytest.raises(ConfigError, match="neither a plain MHA pool"):
+        DeviceKVView(SimpleNamespace(kv_buffer=[torch.zeros(8, 1, 4)], dtype=torch.float32), PAGE)
+
+
+def test_staging_ring_round_trip() -> None:
+    """Pages through the ring (2 pages a half, a batch of 3): offload, then load into
+    other rows; every layer is complete only with its bytes in place."""
+    pool = _mha(seed=3)
+    view = DeviceKVView(pool, PAGE)
+    ring = StagingRing(pool, view, pages=2)
+    store = MemoryStorage(HiCacheStorageConfig(model_name="unit"), {"store": "linker-unit"})
+    try:
+        store.register_mem_pool_host(ring.mirror)
+        keys = [hashlib.sha256(f"ring-{i}".encode()).hexdigest() for i in range(3)]
+        src_rows, dst_rows = torch.arange(4, 16), torch.arange(16, 28)
+        assert ring.offload(store, keys, src_rows, None) is True
+        done: list[int] = []
+
+        def complete(index: int, layer: int) -> None:
+            k, v = view.layers[layer]
+            assert torch.equal(k[dst_rows], k[src_rows]) and torch.equal(v[dst_rows], v[src_rows]), layer
+            done.append(layer)
+
+        ring.load(store, SimpleNamespace(complete=complete), 0, keys, dst_rows)
+        assert done == list(range(LAYERS))
+        with pytest.raises(OSError, match="did not load"):
+            ring.load(store, SimpleNamespace(complete=complete), 1, [keys[0], "f" * 64], torch.arange(16, 24))
+    finally:
+        store.close()

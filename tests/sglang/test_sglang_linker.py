@@ -1,0 +1,336 @@
+"""``TransportLinker`` inside the REAL SGLang 0.5.23 (collected only in ``tox -e sglang``).
+
+Each linker is built by SGLang's own factory (``create_unified_cache_linker(...,
+backend="dynamic")``) over SGLang's real CPU device pools, on each of our four backends
+against its real server. A writer linker and a separately built reader linker on another
+pool share one backend namespace, so a hit is a hit in the store. Bytes are compared per
+layer, at the moment ``wait_until(layer)`` returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shlex
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang_linker_stand import (
+    all_bytes,
+    build,
+    device_pool,
+    flat_page,
+    layer_bytes,
+    linker_config,
+    page_keys,
+    slots,
+    transfer,
+    wait_offloads,
+)
+from sglang_pools import LAYERS
+from sglang_servers import BACKEND_NAMES, backend_config
+
+from hicache_sdk.cli import main as hicache_main
+from hicache_sdk.errors import ConfigError
+
+Make = Callable[..., Any]
+
+
+def _operator_config(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The linker config as an operator gets it: ``hicache sglang-args NAME --config JSON
+    --linker`` (in process). S3's config holds a secret, which the command refuses to put
+    on a command line: that backend's config is built directly."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = hicache_main(["sglang-args", name, "--config", json.dumps(cfg), "--linker"])
+    if name == "s3":
+        assert rc == 2 and "secret_access_key" in err.getvalue()
+        assert cfg["secret_access_key"] not in err.getvalue() + out.getvalue()
+        return linker_config(name, cfg)
+    assert rc == 0, err.getvalue()
+    argv = shlex.split(out.getvalue().strip())
+    assert argv[:4] == [
+        "--enable-unified-cache-external-linker",
+        "--unified-cache-external-linker-backend",
+        "dynamic",
+        "--unified-cache-external-linker-config",
+    ]
+    config: dict[str, Any] = json.loads(argv[4])
+    assert config == linker_config(name, cfg)
+    return config
+
+
+@pytest.fixture(params=BACKEND_NAMES)
+def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make]:
+    """``make(pool, **extra)``: a linker on this test's backend (one namespace and model
+    per test), closed at teardown."""
+    name: str = request.param
+    cfg = backend_config(name, request, tmp_path)
+    config = _operator_config(name, cfg)
+    model = f"org/linker-{uuid.uuid4().hex[:8]}"
+    made: list[Any] = []
+
+    def mk(pool: Any, **extra: Any) -> Any:
+        doc = {**config, "linker_extra_config": {**config["linker_extra_config"], **extra}}
+        linker = build(pool, doc, model=model)
+        made.append(linker)
+        return linker
+
+    yield mk
+    for linker in made:
+        linker.close()
+
+
+def test_offload_lookup_and_layer_wise_load(make: Make) -> None:
+    src, dst = device_pool("mha", seed=1), device_pool("mha")
+    writer, reader = make(src), make(dst)
+    keys = page_keys(3)
+    wslots, rslots = slots(2, 3), slots(7, 3)
+    assert writer.offload(transfer(keys, wslots)) is True
+    assert wait_offloads(writer, 1) == [True]
+    assert writer.num_completed_offloads() == 0
+
+    # lookup: every restorable prefix, sorted; a hole stops it
+    assert reader.lookup("r", transfer(keys, None)) == [1, 2, 3]
+    holed = [keys[0], page_keys(1)[0], keys[2]]
+    assert reader.lookup("r", transfer(holed, None)) == [1]
+    assert reader.lookup("r", transfer(page_keys(2), None)) == []
+
+    # load only queues: nothing lands before the start
+    blank = all_bytes(dst, rslots)
+    assert reader.load("r1", transfer(keys, rslots)) is True
+    assert all_bytes(dst, rslots) == blank
+    index = reader.start_layer_wise_loading()
+    assert index >= 0
+    reader.layer_done_counter.set_consumer(index)
+    for layer in range(LAYERS):
+        reader.layer_done_counter.wait_until(layer)
+        assert layer_bytes(dst, layer, rslots) == layer_bytes(src, layer, wslots), f"layer {layer}"
+    assert reader.finish_layer_wise_loading(index) is True
+    assert all_bytes(dst, rslots) == all_bytes(src, wslots)
+    assert reader.start_layer_wise_loading() == -1  # nothing queued
+
+
+def test_cancel_failed_load_and_fifo_offloads(make: Make) -> None:
+    src, dst = device_pool("mha", seed=2), device_pool("mha")
+    writer, reader = make(src), make(dst)
+    batches = [page_keys(1, f"b{i}") for i in range(4)]
+    for i, keys in enumerate(batches):
+        assert writer.offload(transfer(keys, slots(i, 1))) is True
+    assert wait_offloads(writer, 4) == [True] * 4
+    assert writer.pop_completed_offload() is False  # none left
+
+    rslots = slots(9, 1)
+    blank = all_bytes(dst, rslots)
+    assert reader.load("c", transfer(batches[0], rslots)) is True
+    assert reader.cancel_queued_load("c") is True and reader.cancel_queued_load("c") is False
+    assert reader.start_layer_wise_loading() == -1
+    assert all_bytes(dst, rslots) == blank
+
+    # a page that is not there: the batch fails, finish says so, nothing raises
+    assert reader.load("f", transfer([batches[1][0], page_keys(1)[0]], slots(10, 2))) is True
+    index = reader.start_layer_wise_loading()
+    reader.layer_done_counter.set_consumer(index)
+    reader.layer_done_counter.wait_until(LAYERS - 1)
+    assert reader.finish_layer_wise_loading(index) is False
+
+    reader.reset()
+    assert reader.num_completed_offloads() == 0
+    reader.close()
+    reader.close()  # idempotent
+
+
+def test_mla_pages_are_written_by_rank_zero_only(make: Make) -> None:
+    src = device_pool("mla", seed=3)
+    rank1, rank0 = make(src, tp_rank=1, tp_size=2), make(src, tp_rank=0, tp_size=2)
+    keys = page_keys(2)
+    assert rank1.offload(transfer(keys, slots(1, 2))) is True
+    assert wait_offloads(rank1, 1) == [True]
+    assert rank0.lookup("m", transfer(keys, None)) == []  # rank 1 stored nothing
+    assert rank0.offload(transfer(keys, slots(1, 2))) is True
+    assert wait_offloads(rank0, 1) == [True]
+    # MLA pages are rank-replicated: rank 1 reads what rank 0 wrote
+    assert rank1.lookup("m", transfer(keys, None)) == [1, 2]
+    dst = device_pool("mla")
+    reader = make(dst, tp_rank=1, tp_size=2)
+    assert reader.load("m", transfer(keys, slots(5, 2))) is True
+    index = reader.start_layer_wise_loading()
+    assert reader.finish_layer_wise_loading(index) is True
+    assert all_bytes(dst, slots(5, 2)) == all_bytes(src, slots(1, 2))
+
+
+def test_factory_refusals(tmp_path: Path) -> None:
+    """Misconfiguration fails at construction, with the reason (the file backend only)."""
+    pool = device_pool("mha")
+    good = linker_config("file", {"root": str(tmp_path)})
+    with pytest.raises(ConfigError, match="unsupported components: \\['SWA'\\]"):
+        build(pool, good, model="m", components={ComponentType.FULL, ComponentType.SWA})
+    with pytest.raises(ConfigError, match="unknown keys \\['bogus'\\]"):
+        build(pool, linker_config("file", {}, bogus=1), model="m")
+    bad = {**good, "linker_extra_config": {"backend_config": {}}}
+    with pytest.raises(ConfigError, match="must name a hicache-sdk backend"):
+        build(pool, bad, model="m")
+    with pytest.raises(ValueError, match="unknown fields"):
+        build(pool, {**good, "linker_extra": {}}, model="m")
+    linker = build(pool, good, model="m")
+    try:
+        with pytest.raises(ValueError, match="device indices for 2 pages"):
+            linker.load("x", transfer(page_keys(2), slots(0, 1)))
+        with pytest.raises(ValueError, match="page 0 starts at slot 1"):
+            linker.offload(transfer(page_keys(1), torch.arange(1, 5)))
+    finally:
+        linker.close()
+
+
+def _bridge(name: str, cfg: dict[str, Any], model: str, host_pool: Any) -> Any:
+    """The HiCache path: our bridge built by SGLang's storage factory on a host pool."""
+    from sglang.srt.mem_cache import hicache_storage as sgl
+    from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory
+
+    from hicache_sdk.sglang import BRIDGE_EXTRA_CONFIG
+
+    extra = {**BRIDGE_EXTRA_CONFIG, "backend": name, "backend_config": cfg}
+    sc = sgl.HiCacheStorageConfig(
+        tp_rank=0,
+        tp_size=1,
+        pp_rank=0,
+        pp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_mla_model=False,
+        enable_storage_metrics=False,
+        is_page_first_layout=False,
+        model_name=model,
+        extra_config=extra,
+    )
+    bridge = StorageBackendFactory.create_backend("dynamic", sc, host_pool)
+    bridge.register_mem_pool_host(host_pool)
+    return bridge
+
+
+@pytest.mark.parametrize("name", ["file", "redis"])
+def test_linker_pages_are_hicache_pages(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """Under one key scheme and model, a page the linker offloads is a hit for the HiCache
+    path with a ``layer_first`` host pool, and the reverse: the same names, header identity
+    and bytes (all K layers, then all V layers)."""
+    from sglang_pools import mha_pool
+
+    cfg = backend_config(name, request, tmp_path)
+    model = f"org/both-{uuid.uuid4().hex[:8]}"
+    host = mha_pool("layer_first")
+    bridge = _bridge(name, cfg, model, host)
+    src = device_pool("mha", seed=5)
+    linker = build(src, linker_config(name, cfg), model=model)
+    try:
+        keys = page_keys(2)
+        assert linker.offload(transfer(keys, slots(3, 2))) is True
+        assert wait_offloads(linker, 1) == [True]
+        assert bridge.batch_exists(keys) == 2
+        hslots = host.alloc(2 * host.page_size)
+        assert bridge.batch_get_v1(keys, hslots) == [True, True]
+        for i in range(2):
+            want = flat_page(src, slots(3 + i, 1))
+            start = int(hslots[i * host.page_size])
+            got = bytes(host.get_data_page(start, flat=True).contiguous().view(torch.uint8).numpy())
+            assert got == want, f"page {i}: the HiCache path read other bytes than the linker wrote"
+
+        # the reverse: HiCache writes, the linker loads
+        back = page_keys(2, "back")
+        gen = torch.Generator().manual_seed(9)
+        for buf in host.kv_buffer if isinstance(host.kv_buffer, list) else [host.kv_buffer]:
+            raw = buf.view(torch.uint8)
+            raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+        assert bridge.batch_set_v1(back, hslots) == [True, True]
+        assert linker.lookup("b", transfer(back, None)) == [1, 2]
+        dst = device_pool("mha")
+        reader = build(dst, linker_config(name, cfg), model=model)
+        try:
+            assert reader.load("b", transfer(back, slots(8, 2))) is True
+            assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
+            for i in range(2):
+                start = int(hslots[i * host.page_size])
+                flat = bytes(host.get_data_page(start, flat=True).contiguous().view(torch.uint8).numpy())
+                got = flat_page(dst, slots(8 + i, 1))
+                assert got == flat, f"page {i}: the linker loaded other bytes than the HiCache path wrote"
+        finally:
+            reader.close()
+    finally:
+        linker.close()
+        bridge.close()
+
+
+@pytest.mark.parametrize("ranged", [True, False])
+def test_layerwise_integrity_on_file(ranged: bool, tmp_path: Path) -> None:
+    """Layer-by-layer loads (ranged reads) keep the integrity rules of whole reads: a page
+    stored under another page's name fails at layer 0 (its trailer names the other page),
+    a flipped payload byte fails the checksum once the last layer lands; either way
+    ``finish`` is ``False`` and nothing raises."""
+    import os
+
+    cfg = {"root": str(tmp_path), "checksum": True}
+    model = f"org/lw-{uuid.uuid4().hex[:8]}"
+    src = device_pool("mha", seed=21)
+    writer = build(src, linker_config("file", cfg), model=model)
+    reader = build(device_pool("mha"), linker_config("file", cfg, ranged_reads=ranged), model=model)
+    try:
+        assert (writer._ranged is not None) and ((reader._ranged is not None) is ranged)
+        keys = page_keys(3)
+        assert writer.offload(transfer(keys, slots(1, 3))) is True
+        assert wait_offloads(writer, 1) == [True]
+        files = {k: p for p in tmp_path.rglob("*") if p.is_file() for k in keys if p.name.startswith(k)}
+        assert sorted(files) == sorted(keys)
+        os.replace(files[keys[0]], files[keys[1]])  # page 1's name now holds page 0's bytes
+        data = bytearray(files[keys[2]].read_bytes())
+        data[5] ^= 0xFF  # a flipped payload byte in page 2
+        files[keys[2]].write_bytes(bytes(data))
+        for bad in (keys[1], keys[2]):
+            assert reader.load("x", transfer([bad], slots(6, 1))) is True
+            index = reader.start_layer_wise_loading()
+            reader.layer_done_counter.set_consumer(index)
+            reader.layer_done_counter.wait_until(LAYERS - 1)
+            assert reader.finish_layer_wise_loading(index) is False, f"page {keys.index(bad)} loaded"
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_ranged_reads_refused_where_not_cheap(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    cfg = backend_config("redis", request, tmp_path)
+    with pytest.raises(ConfigError, match="cannot load layer by layer"):
+        build(device_pool("mha"), linker_config("redis", cfg, ranged_reads=True), model="m")
+
+
+def test_staging_ring_moves_the_same_pages(make: Make) -> None:
+    """The host staging ring (what CUDA pools use), forced on CPU pools with a ring smaller
+    than the batch: pages written through it read back without it, and the reverse; layers
+    land before ``wait_until`` returns; a missing page fails the batch."""
+    src, dst, plain_dst = device_pool("mha", seed=31), device_pool("mha"), device_pool("mha")
+    writer = make(src, staging=True, staging_pages=2)
+    assert writer.ring is not None and writer._ranged is None
+    keys = page_keys(3)
+    assert writer.offload(transfer(keys, slots(2, 3))) is True
+    assert wait_offloads(writer, 1) == [True]
+    plain = make(plain_dst, staging=False)
+    assert plain.lookup("p", transfer(keys, None)) == [1, 2, 3]
+    assert plain.load("p", transfer(keys, slots(8, 3))) is True
+    assert plain.finish_layer_wise_loading(plain.start_layer_wise_loading()) is True
+    assert all_bytes(plain_dst, slots(8, 3)) == all_bytes(src, slots(2, 3))
+
+    reader = make(dst, staging=True, staging_pages=2)
+    blank = all_bytes(dst, slots(5, 3))
+    assert reader.load("s", transfer(keys, slots(5, 3))) is True
+    assert all_bytes(dst, slots(5, 3)) == blank
+    index = reader.start_layer_wise_loading()
+    reader.layer_done_counter.set_consumer(index)
+    for layer in range(LAYERS):
+        reader.layer_done_counter.wait_until(layer)
+        assert layer_bytes(dst, layer, slots(5, 3)) == layer_bytes(src, layer, slots(2, 3)), f"layer {layer}"
+    assert reader.finish_layer_wise_loading(index) is True
+    assert reader.load("m", transfer([keys[0], page_keys(1)[0]], slots(9, 2))) is True
+    assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is False
