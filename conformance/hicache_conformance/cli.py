@@ -31,6 +31,14 @@ __all__ = ["main", "console_main", "EXIT_BACKEND_UNUSABLE"]
 #: Exit status when the backend cannot be imported or constructed (nothing ran).
 EXIT_BACKEND_UNUSABLE = 6
 
+#: What ``--engine`` certifies: name -> ``"module:function"`` that runs that engine's suite
+#: (``function(args) -> exit status``); ``None`` is SGLang's HiCache contract, run below.
+DEFAULT_ENGINE = "sglang-hicache"
+ENGINES: dict[str, str | None] = {
+    DEFAULT_ENGINE: None,
+    "lmcache-l2": "hicache_conformance.engines.lmcache_l2_run:main",
+}
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -95,6 +103,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="whose host pools: auto (SGLang's own when SGLang is installed), sglang, sdk",
     )
+    p.add_argument(
+        "--engine",
+        choices=sorted(ENGINES),
+        default=DEFAULT_ENGINE,
+        help=f"which engine's contract to certify (default {DEFAULT_ENGINE})",
+    )
     p.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression")
     p.add_argument("-q", "--quiet", action="store_true", help="less output")
     return p
@@ -111,6 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import pytest
 
     args = _parser().parse_args(list(argv) if argv is not None else None)
+    runner = ENGINES[args.engine]
+    if runner is not None:
+        import importlib
+
+        module, _, func = runner.partition(":")
+        return int(getattr(importlib.import_module(module), func)(args))
     if args.level:
         from .capabilities import parse_levels
 

@@ -22,7 +22,13 @@ REAL_LMCACHE = os.environ.get("HICACHE_LMCACHE_ENV") == "1"
 collect_ignore = (
     []
     if REAL_LMCACHE
-    else ["test_l2_adapter.py", "test_l2_basic_check.py", "test_l2_contract.py", "test_l2_end_to_end.py"]
+    else [
+        "test_l2_adapter.py",
+        "test_l2_basic_check.py",
+        "test_l2_check_cli.py",
+        "test_l2_contract.py",
+        "test_l2_end_to_end.py",
+    ]
 )
 
 if REAL_LMCACHE:
