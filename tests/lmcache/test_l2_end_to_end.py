@@ -1,12 +1,14 @@
 """End to end: a real ``lmcache server`` (CPU) with our L2 adapter over the file backend and
 over a real ``redis-server``; LMCache's own CPU client stores chunks, ``POST /cache/clear``
 empties LMCache's L1, and the chunks read back -- served by our adapter -- have the
-checksums they were stored with. ``/status`` shows our ``report_status()``."""
+checksums they were stored with. ``/status`` shows our ``report_status()``. The server's
+``--l2-adapter`` flag is the one ``hicache lmcache-args`` prints."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -95,6 +97,23 @@ class Server:
                 self.proc.wait(10)
 
 
+def _lmcache_args(backend: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The ``--l2-adapter`` JSON that ``hicache lmcache-args`` prints (run as a subprocess)."""
+    exe = Path(sys.executable).with_name("hicache")
+    out = subprocess.run(
+        [str(exe), "lmcache-args", backend, "--config", json.dumps(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    flag, value = shlex.split(out.stdout.strip())
+    assert flag == "--l2-adapter"
+    spec: dict[str, Any] = json.loads(value)
+    assert spec == adapter_spec(backend, config)
+    return spec
+
+
 def _adapters(status: Any) -> list[dict[str, Any]]:
     """Every dict in ``/status`` that has an ``is_healthy`` key (adapter reports)."""
     found: list[dict[str, Any]] = []
@@ -115,7 +134,7 @@ def server(tmp_path: Path) -> Iterator[Callable[[str, dict[str, Any]], Server]]:
     made: list[Server] = []
 
     def start(backend: str, config: dict[str, Any]) -> Server:
-        srv = Server(adapter_spec(backend, config), tmp_path / f"server-{len(made)}.log")
+        srv = Server(_lmcache_args(backend, config), tmp_path / f"server-{len(made)}.log")
         made.append(srv)
         return srv
 
