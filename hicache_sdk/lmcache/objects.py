@@ -184,6 +184,11 @@ class ChunkObjects:
                 out[i] = ok
         return out
 
+    def load_sized(self, chunks: Sequence[Chunk]) -> list[bool]:
+        """:meth:`load` of chunks the caller found of the expected size (no existence
+        call)."""
+        return self._load(chunks) if chunks else []
+
     def _load(self, chunks: Sequence[Chunk]) -> list[bool]:
         n = len(chunks)
         scratch = np.empty(n * TRAILER_SIZE, dtype=np.uint8)

@@ -25,6 +25,7 @@ collect_ignore = (
     else [
         "test_l2_adapter.py",
         "test_l2_basic_check.py",
+        "test_connector.py",
         "test_l2_check_cli.py",
         "test_l2_contract.py",
         "test_l2_end_to_end.py",

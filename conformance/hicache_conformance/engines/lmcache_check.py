@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CheckRun", "judge", "run_l2_check"]
+__all__ = ["CheckRun", "judge", "run_l2_check", "run_remote_check"]
 
 _VALIDATION = re.compile(r"Validation[^:]*:\s*(\d+)/(\d+)")
 _BAD = re.compile(r"\bFAIL\b|\bError\b|Test Failed")
@@ -76,4 +76,26 @@ def run_l2_check(
         return CheckRun(124, text, (f"did not finish in {timeout_s:.0f} s",))
     # judged on stdout (the tool's report); LMCache's log lines go to stderr
     problems = judge(out.returncode, out.stdout, min_validations=4)  # absent, found, loaded, content
+    return CheckRun(out.returncode, out.stdout + out.stderr, tuple(problems))
+
+
+def run_remote_check(config_file: str, *, num_keys: int = 16, timeout_s: float = 600.0) -> CheckRun:
+    """Run ``basic_check --mode test_remote`` with the LMCache YAML ``config_file``
+    (``LMCACHE_CONFIG_FILE``; for a plugin, ``remote_url: plugin://<name>``)."""
+    args = [
+        sys.executable,
+        "-m",
+        "lmcache.v1.basic_check",
+        "--mode",
+        "test_remote",
+        "--num-keys",
+        str(num_keys),
+    ]
+    env = {**os.environ, "LMCACHE_TRACK_USAGE": "false", "LMCACHE_CONFIG_FILE": config_file}
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        return CheckRun(124, "", (f"did not finish in {timeout_s:.0f} s",))
+    # the remote mode validates: absent, put, found, not None, content
+    problems = judge(out.returncode, out.stdout, min_validations=4)
     return CheckRun(out.returncode, out.stdout + out.stderr, tuple(problems))
