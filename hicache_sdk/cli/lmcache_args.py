@@ -1,10 +1,15 @@
-"""``hicache lmcache-args NAME --config ...``: the LMCache setting that serves a backend
-through :mod:`hicache_sdk.lmcache`.
+"""``hicache lmcache-args NAME --config ... [--plug l2|connector]``: the LMCache setting that
+serves a backend through :mod:`hicache_sdk.lmcache`.
 
-Prints the ``lmcache server`` flag (multiprocess mode, the L2 adapter plug point)::
+``--plug l2`` (the default) prints the ``lmcache server`` flag (multiprocess mode, the L2
+adapter plug point)::
 
     --l2-adapter '{"type": "plugin", "module_path": "hicache_sdk.lmcache",
                    "class_name": "L2Adapter", "adapter_params": {"backend": NAME, ...}}'
+
+``--plug connector`` prints the lines of LMCache's YAML config for the in-process remote
+connector (``remote_url: plugin://hicache``, ``remote_storage_plugins`` and its
+``extra_config`` keys), for vLLM's in-process LMCache connector.
 
 The config is validated against the backend's typed config first (unknown keys, ranges),
 as ``hicache sglang-args`` does, so a typo fails here and not at the server's start.
@@ -48,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where to write the backend config when it holds a secret (mode 0600; "
         "default ./hicache-lmcache-NAME.json)",
     )
+    parser.add_argument(
+        "--plug",
+        choices=["l2", "connector"],
+        default="l2",
+        help="l2: lmcache server's --l2-adapter flag (default); connector: the YAML of the in-process connector",
+    )
     parser.add_argument("--dist", default=None, help="pick the distribution providing NAME")
     parser.add_argument(
         "--json", action="store_true", help="print {args, l2_adapter, secret_file, secret_keys}"
@@ -85,9 +96,26 @@ def build_args(
     return {
         "args": ["--l2-adapter", json.dumps(spec)],
         "l2_adapter": shown,
+        "connector_yaml": connector_yaml(params),
         "secret_file": str(path) if path is not None else None,
         "secret_keys": secrets,
     }
+
+
+def connector_yaml(params: dict[str, Any]) -> str:
+    """LMCache YAML lines that load the in-process connector with ``adapter_params``
+    (JSON values, which YAML reads as they are)."""
+    key = "remote_storage_plugin.hicache"
+    return "\n".join(
+        [
+            'remote_url: "plugin://hicache"',
+            'remote_storage_plugins: ["hicache"]',
+            "extra_config:",
+            f"  {key}.module_path: hicache_sdk.lmcache",
+            f"  {key}.class_name: ConnectorAdapter",
+            f"  {key}.adapter_params: {json.dumps(params)}",
+        ]
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         json.dump(out, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
         return 0
-    print(shlex.join(out["args"]))
+    print(out["connector_yaml"] if args.plug == "connector" else shlex.join(out["args"]))
     if out["secret_file"]:
         print(
             f"# secret key(s) {', '.join(out['secret_keys'])} kept out of the command line: the backend "

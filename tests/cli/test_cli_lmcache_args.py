@@ -68,3 +68,15 @@ def test_as_a_subprocess() -> None:
     doc = json.loads(out.stdout)
     assert doc["l2_adapter"]["adapter_params"] == {"backend": "memory"}
     assert json.loads(doc["args"][1]) == doc["l2_adapter"]
+
+
+def test_connector_yaml(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    assert main(["lmcache-args", "memory", "--config", '{"store": "s3"}', "--plug", "connector"]) == 0
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert doc["remote_url"] == "plugin://hicache" and doc["remote_storage_plugins"] == ["hicache"]
+    extra = doc["extra_config"]
+    assert extra["remote_storage_plugin.hicache.class_name"] == "ConnectorAdapter"
+    params = extra["remote_storage_plugin.hicache.adapter_params"]
+    assert L2Settings.from_mapping(params).backend_config == {"store": "s3"}

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -177,7 +179,20 @@ def test_io_never_runs_on_lmcaches_loop(remote: Remote) -> None:
 def test_lmcache_remote_check_passes(
     backend: str, backend_config: Callable[[str], dict[str, Any]], tmp_path: Path
 ) -> None:
+    # the connector's lines are the ones `hicache lmcache-args --plug connector` prints
+    cfg = backend_config(backend)
+    exe = Path(sys.executable).with_name("hicache")
+    out = subprocess.run(
+        [str(exe), "lmcache-args", backend, "--config", json.dumps(cfg), "--plug", "connector"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    base = {
+        k: v
+        for k, v in _config(backend, cfg).items()
+        if k not in ("remote_url", "remote_storage_plugins", "extra_config")
+    }
     path = tmp_path / "lmcache.yaml"
-    path.write_text(json.dumps(_config(backend, backend_config(backend))))  # JSON is YAML
+    path.write_text("\n".join(f"{k}: {json.dumps(v)}" for k, v in base.items()) + "\n" + out.stdout)
     run = run_remote_check(str(path), num_keys=16)
     assert run.passed, f"{run.problems}\n{run.output[-3000:]}"
