@@ -24,7 +24,7 @@ from hicache_sdk.lmcache import TransportConnector
 MODEL = "conformance/model"
 
 
-def _config(backend: str, backend_config: dict[str, Any]) -> dict[str, Any]:
+def _config(backend: str, backend_config: dict[str, Any], cls: str = "ConnectorAdapter") -> dict[str, Any]:
     return {
         "chunk_size": 256,
         "local_cpu": True,
@@ -33,8 +33,8 @@ def _config(backend: str, backend_config: dict[str, Any]) -> dict[str, Any]:
         "remote_serde": "naive",
         "remote_storage_plugins": ["hicache"],
         "extra_config": {
-            "remote_storage_plugin.hicache.module_path": "hicache_sdk.lmcache",
-            "remote_storage_plugin.hicache.class_name": "ConnectorAdapter",
+            "remote_storage_plugin.hicache.module_path": cls.rpartition(".")[0] or "hicache_sdk.lmcache",
+            "remote_storage_plugin.hicache.class_name": cls.rpartition(".")[2],
             "remote_storage_plugin.hicache.adapter_params": {
                 "backend": backend,
                 "backend_config": backend_config,
@@ -98,6 +98,32 @@ def remote(
     r.close()
 
 
+BROKEN = "hicache_conformance.broken.lmcache_connector"
+
+
+@pytest.mark.parametrize(
+    ("cls", "test", "reason"),
+    [
+        (f"{BROKEN}.ReleasesOnPutAdapter", "test_put_get_and_ownership", "put released"),
+        (
+            f"{BROKEN}.BlocksTheLoopAdapter",
+            "test_io_never_runs_on_lmcaches_loop",
+            "ran on LMCache's event loop",
+        ),
+    ],
+)
+def test_each_broken_connector_fails_its_test(
+    cls: str, test: str, reason: str, backend_config: Callable[[str], dict[str, Any]]
+) -> None:
+    r = Remote(_config("file", backend_config("file"), cls))
+    try:
+        assert type(r.connector).__module__ == BROKEN
+        with pytest.raises(AssertionError, match=reason):
+            globals()[test](r)
+    finally:
+        r.close()
+
+
 def test_built_by_lmcaches_loader(remote: Remote) -> None:
     assert isinstance(remote.connector, TransportConnector)
 
@@ -107,7 +133,7 @@ def test_put_get_and_ownership(remote: Remote) -> None:
     src = remote.obj(7)
     refs = src.get_ref_count()
     remote.run(c.put(key, src))
-    assert src.get_ref_count() == refs  # put never releases the caller's object
+    assert src.get_ref_count() == refs, "put released the caller's object"
     assert c.exists_sync(key) and remote.run(c.exists(key))
     got = remote.run(c.get(key))
     assert got is not None and bytes(got.byte_array) == bytes(src.byte_array)
@@ -172,7 +198,9 @@ def test_io_never_runs_on_lmcaches_loop(remote: Remote) -> None:
 
     lag = remote.run(now()) - t0
     assert fut.result(10) is False
-    assert lag < 0.1 and seen and all(n.startswith("hicache-lmc-conn") for n in seen)
+    assert lag < 0.1 and seen and all(n.startswith("hicache-lmc-conn") for n in seen), (
+        f"I/O ran on LMCache's event loop (it was blocked {lag:.3f} s; threads {seen})"
+    )
 
 
 @pytest.mark.parametrize("backend", ["file", "redis"])
