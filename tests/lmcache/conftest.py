@@ -4,13 +4,14 @@
 other modules run inside the real LMCache 0.5.x and are collected only when
 ``HICACHE_LMCACHE_ENV=1`` (set by ``tox -e lmcache``); then LMCache is imported right
 here, so a broken LMCache environment fails the run with the import error, never a skip.
-Servers (``redis-server``) start on first use on free loopback ports and stop by PID.
+Servers (``redis-server``, ``moto_server`` for s3) start on first use on free loopback ports and stop by PID.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,9 +37,10 @@ if REAL_LMCACHE:
     os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
     import lmcache.v1.distributed.l2_adapters  # noqa: F401  (fails the run when LMCache is broken)
 
-    _p = str(Path(__file__).resolve().parents[2] / "backends" / "redis" / "tests")
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+    for _sub in ("redis", "s3"):
+        _p = str(Path(__file__).resolve().parents[2] / "backends" / _sub / "tests")
+        if _p not in sys.path:
+            sys.path.insert(0, _p)
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +57,18 @@ def redis_server() -> Iterator[Any]:
         srv.close()
 
 
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[Any]:
+    from _server import MotoServer
+
+    srv = MotoServer()
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
 @pytest.fixture
 def backend_config(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], dict[str, Any]]:
     """``backend_config(name)``: a fresh, isolated config of our backend ``name``."""
@@ -66,6 +80,18 @@ def backend_config(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[
         if name == "redis":
             srv = request.getfixturevalue("redis_server")
             return {"url": srv.url, "namespace": ns}
+        if name == "s3":
+            from _server import CREDS
+
+            moto = request.getfixturevalue("moto_server")
+            bucket = f"b-{uuid.uuid4().hex[:12]}"
+            moto.make_bucket(bucket)
+            return {
+                "bucket": bucket,
+                "endpoint_url": moto.url,
+                "access_key_id": CREDS["aws_access_key_id"],
+                "secret_access_key": CREDS["aws_secret_access_key"],
+            }
         raise ValueError(name)
 
     return make

@@ -89,7 +89,7 @@ class Remote:
         self.thread.join(10)
 
 
-@pytest.fixture(params=["file", "redis"])
+@pytest.fixture(params=["file", "redis", "s3"])
 def remote(
     request: pytest.FixtureRequest, backend_config: Callable[[str], dict[str, Any]]
 ) -> Iterator[Remote]:
@@ -203,7 +203,7 @@ def test_io_never_runs_on_lmcaches_loop(remote: Remote) -> None:
     )
 
 
-@pytest.mark.parametrize("backend", ["file", "redis"])
+@pytest.mark.parametrize("backend", ["file", "redis", "s3"])
 def test_lmcache_remote_check_passes(
     backend: str, backend_config: Callable[[str], dict[str, Any]], tmp_path: Path
 ) -> None:
@@ -211,7 +211,8 @@ def test_lmcache_remote_check_passes(
     cfg = backend_config(backend)
     exe = Path(sys.executable).with_name("hicache")
     out = subprocess.run(
-        [str(exe), "lmcache-args", backend, "--config", json.dumps(cfg), "--plug", "connector"],
+        [str(exe), "lmcache-args", backend, "--config", json.dumps(cfg), "--plug", "connector",
+         "--secret-file", str(tmp_path / "secrets.json")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

@@ -1,4 +1,5 @@
-"""``hicache_sdk.lmcache.L2Adapter`` inside LMCache 0.5.x, over real backends (file, redis).
+"""``hicache_sdk.lmcache.L2Adapter`` inside LMCache 0.5.x, over real backends (file, redis,
+s3 on moto_server).
 
 Every adapter is built through LMCache's own parser and factory (the ``lmcache server
 --l2-adapter`` path) and driven through its event fds.
@@ -18,7 +19,7 @@ from hicache_conformance.engines.lmcache_l2 import Driver, adapter_spec, build, 
 
 from hicache_sdk.lmcache import L2Adapter
 
-BACKENDS = ["file", "redis"]
+BACKENDS = ["file", "redis", "s3"]
 N = 4096  # float16 elements: 8 KiB chunks
 
 

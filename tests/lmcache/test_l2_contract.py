@@ -45,6 +45,12 @@ class TestOursOnRedis(L2AdapterTests):
         return _frozen(redis_server)
 
 
+class TestOursOnS3(L2AdapterTests):
+    @pytest.fixture
+    def l2_spec(self, backend_config: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+        return adapter_spec("s3", backend_config("s3"))
+
+
 BROKEN = [
     broken.PrefixLookupL2Adapter,
     broken.SaltBlindL2Adapter,
