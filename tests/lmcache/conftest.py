@@ -4,7 +4,8 @@
 other modules run inside the real LMCache 0.5.x and are collected only when
 ``HICACHE_LMCACHE_ENV=1`` (set by ``tox -e lmcache``); then LMCache is imported right
 here, so a broken LMCache environment fails the run with the import error, never a skip.
-Servers (``redis-server``, ``moto_server`` for s3) start on first use on free loopback ports and stop by PID.
+Servers (``redis-server``, ``moto_server`` for s3, a ``mooncake_master`` with a holder)
+start on first use on free loopback ports and stop by PID.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ collect_ignore = (
 
 if REAL_LMCACHE:
     os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
+    os.environ.setdefault("MC_LOG_LEVEL", "ERROR")
     import lmcache.v1.distributed.l2_adapters  # noqa: F401  (fails the run when LMCache is broken)
 
-    for _sub in ("redis", "s3"):
+    for _sub in ("redis", "s3", "mooncake"):
         _p = str(Path(__file__).resolve().parents[2] / "backends" / _sub / "tests")
         if _p not in sys.path:
             sys.path.insert(0, _p)
@@ -69,6 +71,18 @@ def moto_server() -> Iterator[Any]:
         srv.stop()
 
 
+@pytest.fixture(scope="session")
+def mooncake_cluster() -> Iterator[Any]:
+    from _servers import MooncakeCluster
+
+    c = MooncakeCluster(holder_bytes=512 << 20)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
 @pytest.fixture
 def backend_config(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], dict[str, Any]]:
     """``backend_config(name)``: a fresh, isolated config of our backend ``name``."""
@@ -92,6 +106,9 @@ def backend_config(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[
                 "access_key_id": CREDS["aws_access_key_id"],
                 "secret_access_key": CREDS["aws_secret_access_key"],
             }
+        if name == "mooncake":
+            cluster = request.getfixturevalue("mooncake_cluster")
+            return {**cluster.config(), "namespace": ns}
         raise ValueError(name)
 
     return make

@@ -28,7 +28,7 @@ def _config(backend: str, backend_config: dict[str, Any], cls: str = "ConnectorA
     return {
         "chunk_size": 256,
         "local_cpu": True,
-        "max_local_cpu_size": 1,
+        "max_local_cpu_size": 0.1,  # GB, allocated per test: kept small
         "remote_url": "plugin://hicache",
         "remote_serde": "naive",
         "remote_storage_plugins": ["hicache"],
@@ -85,6 +85,7 @@ class Remote:
 
     def close(self) -> None:
         self.backend.close()
+        self.cpu.close()  # frees LMCache's CPU pool (it would outlive the test otherwise)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 

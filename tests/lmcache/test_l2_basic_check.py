@@ -14,7 +14,7 @@ from hicache_conformance.engines.lmcache_l2 import adapter_spec
 BIG = os.environ.get("HICACHE_LMCACHE_BIG") == "1"
 
 
-@pytest.mark.parametrize("backend", ["file", "redis", "s3"])
+@pytest.mark.parametrize("backend", ["file", "redis", "s3", "mooncake"])
 def test_lmcache_check_passes_through_our_adapter(
     backend: str, backend_config: Callable[[str], dict[str, Any]]
 ) -> None:

@@ -51,6 +51,12 @@ class TestOursOnS3(L2AdapterTests):
         return adapter_spec("s3", backend_config("s3"))
 
 
+class TestOursOnMooncake(L2AdapterTests):
+    @pytest.fixture
+    def l2_spec(self, backend_config: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+        return adapter_spec("mooncake", backend_config("mooncake"))
+
+
 BROKEN = [
     broken.PrefixLookupL2Adapter,
     broken.SaltBlindL2Adapter,
