@@ -1,11 +1,13 @@
 """``hicache check TARGET --engine lmcache-l2``: the L2 contract through the CLI, on our
-adapter over the file backend, on a broken binding, and on LMCache's own ``fs`` adapter."""
+adapter over the file backend, on a broken binding, and on LMCache's own file-system
+adapters (``fs``, ``fs_native``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 from hicache_conformance.cli import main
 
 
@@ -37,10 +39,12 @@ def test_a_broken_binding_fails_its_test(tmp_path: Path) -> None:
     assert _failed(_report(report)) == ["test_each_key_field_isolates[salt]"]
 
 
-def test_lmcaches_own_fs_adapter_is_judged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", ["lmcache:fs", "lmcache:fs_native"])
+def test_lmcaches_own_fs_adapters_are_judged(target: str, tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    assert main(["lmcache:fs", "--engine", "lmcache-l2", "--report", str(report), "-q"]) == 1
-    # LMCache 0.5.6's fs adapter reads a chunk into a smaller buffer, and keeps no layout
+    cfg = json.dumps({"base_path": str(tmp_path / "fs")})
+    assert main([target, "--engine", "lmcache-l2", "--config", cfg, "--report", str(report), "-q"]) == 1
+    # LMCache 0.5.6's fs adapters read a chunk into a smaller buffer, and keep no layout
     assert _failed(_report(report)) == [
         "test_another_dtype_of_the_same_size_misses",
         "test_wrong_size_loads_miss",

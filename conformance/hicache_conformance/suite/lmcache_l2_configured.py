@@ -4,8 +4,9 @@ Read from the environment (set by the runner, :mod:`..engines.lmcache_l2_run`):
 ``HICACHE_ENGINE_TARGET`` (a hicache-sdk backend, ``module:Class`` of an L2 adapter, or
 ``lmcache:TYPE``) and ``HICACHE_ENGINE_CONFIG`` (JSON: the backend's config, the class's
 ``adapter_params`` or the built-in type's keys). Each test gets its own store: a fresh
-``namespace`` for a hicache-sdk backend, a fresh ``base_path`` for ``lmcache:fs`` when none
-is given; other targets share the store the config names.
+``namespace`` for a hicache-sdk backend, a fresh directory for ``lmcache:fs`` and
+``lmcache:fs_native`` (under the given ``base_path``, if any); other targets share the store
+the config names.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ class TestLMCacheL2(L2AdapterTests):
         config: dict[str, Any] = json.loads(os.environ.get("HICACHE_ENGINE_CONFIG") or "{}")
         ns = f"hicache-conformance-{uuid.uuid4().hex[:12]}"
         if target.startswith("lmcache:"):
-            if target == "lmcache:fs":
-                config.setdefault("base_path", str(tmp_path / "fs"))
+            if target in ("lmcache:fs", "lmcache:fs_native"):  # a directory per test
+                base = config.get("base_path")
+                config["base_path"] = str(Path(base) / ns) if base else str(tmp_path / "fs")
         elif is_l2_class(target):
             inner = config.get("backend_config")
             if isinstance(inner, dict):
