@@ -31,6 +31,7 @@ the override, never declared) tells callers so. ``cheap_ranges`` says a native
 
 from __future__ import annotations
 
+import ctypes
 import re
 import threading
 from abc import ABC, abstractmethod
@@ -54,6 +55,8 @@ __all__ = [
     "check_ranges",
     "check_reason",
     "has_read_ranges",
+    "ranges_within",
+    "read_ranges_whole",
     "is_io_error",
 ]
 
@@ -295,8 +298,6 @@ class Transport(ABC):
         Optional: this default reads the whole object once (:func:`read_ranges_whole`);
         a transport that reads ranges natively overrides it (:func:`has_read_ranges`).
         """
-        from .kit.ranges import read_ranges_whole
-
         return read_ranges_whole(self, key, ranges)
 
     @abstractmethod
@@ -331,6 +332,35 @@ class Transport(ABC):
         features it subclasses; a wrapper also offers those of the transport it wraps that it
         passes on (:attr:`~hicache_sdk.kit.wrapping.WrappingTransport.passes_on`)."""
         return self if isinstance(self, feature) else None
+
+
+def ranges_within(ranges: Sequence[tuple[int, int, object]], size: int) -> bool:
+    """Whether every ``(offset, nbytes, _)`` lies within an object of ``size`` bytes."""
+    return all(offset + n <= size for offset, n, _ in ranges)
+
+
+def read_ranges_whole(transport: Transport, key: str, ranges: Sequence[Range]) -> bool:
+    """``transport.read_ranges(key, ranges)`` by one ``exists`` (for the size) and one whole
+    ``read`` into scratch memory, each range then copied out: the same answers as a native
+    implementation (a missing object, an unknown size, a range past the end or a failed read
+    is ``False``)."""
+    checked = check_ranges(ranges)
+    size = transport.exists([key])[0]
+    if size is None or size == SIZE_UNKNOWN or not ranges_within(checked, size):
+        return False
+    if not checked or all(n == 0 for _, n, _ in checked):
+        return True
+    scratch = (ctypes.c_char * size)()
+    base = ctypes.addressof(scratch)
+    if not transport.read([key], [[(base, size)]])[0]:
+        return False
+    for offset, _, segs in checked:
+        src = base + offset
+        for address, n in segs:
+            if n:
+                ctypes.memmove(address, src, n)
+            src += n
+    return True
 
 
 def has_read_ranges(transport: Transport) -> bool:

@@ -82,3 +82,21 @@ NotAStorage
 Bad
 CountingClose
 _NeedsAnArgument
+
+# LMCache's plug points, called by LMCache by name: the connector adapter protocol and the
+# L2 adapter's config-class lookup.
+can_parse
+create_connector
+config_class_name
+
+# SGLang's duck-typed tree stand-in for UnifiedCacheLinkerWrapper (tests/sglang): the wrapper
+# reads these by name.
+component_type
+build_external_linker_transfer
+update_external_linker_load
+prefix_len
+tree_components
+_components_tuple
+tree_core
+_all_reduce_attn_groups
+get_last_hash_value

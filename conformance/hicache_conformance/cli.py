@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
+from .engines import DEFAULT_ENGINE, ENGINES, engine_runner
+
 __all__ = ["main", "console_main", "EXIT_BACKEND_UNUSABLE"]
 
 #: Exit status when the backend cannot be imported or constructed (nothing ran).
@@ -97,9 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--engine",
-        default="sglang-hicache",
-        help="the engine contract: sglang-hicache (default: SGLang's HiCacheStorage) or sglang-linker "
-        "(SGLang's unified cache linker; NAME may then be module:Class of a linker)",
+        choices=sorted(ENGINES),
+        default=DEFAULT_ENGINE,
+        help=f"which engine's contract to certify (default {DEFAULT_ENGINE})",
     )
     p.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression")
     p.add_argument("-q", "--quiet", action="store_true", help="less output")
@@ -117,16 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import pytest
 
     args = _parser().parse_args(list(argv) if argv is not None else None)
-    from .engines import ENGINES, engine_runner
-
-    if args.engine not in ENGINES:
-        print(
-            f"hicache check: unknown --engine {args.engine!r} (known: {', '.join(ENGINES)})", file=sys.stderr
-        )
-        return 2
     runner = engine_runner(args.engine)
     if runner is not None:
-        return runner(args)
+        return runner(args, main)
     if args.level:
         from .capabilities import parse_levels
 

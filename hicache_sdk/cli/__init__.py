@@ -22,6 +22,7 @@ from . import bench as _bench
 from . import check as _check
 from . import demo as _demo
 from . import layout as _layout
+from . import lmcache_args as _lmcache_args
 from . import ping as _ping
 from . import sglang_args as _sglang_args
 from . import stats as _stats
@@ -50,6 +51,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("ping", _ping.HELP, _ping.add_arguments, _ping.run),
     Command("check", _check.HELP, _check.add_arguments, _check.run, passthrough=True),
     Command("sglang-args", _sglang_args.HELP, _sglang_args.add_arguments, _sglang_args.run),
+    Command("lmcache-args", _lmcache_args.HELP, _lmcache_args.add_arguments, _lmcache_args.run),
     Command("bench", _bench.HELP, _bench.add_arguments, _bench.run, passthrough=True),
     Command("stats", _stats.HELP, _stats.add_arguments, _stats.run),
     Command("layout", _layout.HELP, _layout.add_arguments, _layout.run),

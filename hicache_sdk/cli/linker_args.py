@@ -18,6 +18,7 @@ from typing import Any
 from ..config import BackendConfig
 from ..errors import ConfigError
 from ..registry import resolve_backend
+from .secrets import secret_keys
 
 __all__ = ["LINKER_LOADER", "build_linker_args"]
 
@@ -29,8 +30,6 @@ LINKER_LOADER = {"linker": "TransportLinker", "linker_module_path": "hicache_sdk
 def build_linker_args(name: str, config: dict[str, Any], *, dist: str | None = None) -> dict[str, Any]:
     """``{"args": [...], "linker_config": {...}}`` for backend ``name`` with ``config``.
     ``HiCacheError`` for an unknown backend or a bad config, ``ConfigError`` for a secret."""
-    from .sglang_args import secret_keys
-
     cls = resolve_backend(name, dist=dist)
     config_cls = getattr(cls, "config_cls", None)
     if isinstance(config_cls, type) and issubclass(config_cls, BackendConfig):

@@ -28,10 +28,7 @@ flags of the unified cache linker instead (:mod:`.linker_args`).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import errno
 import json
-import os
 import re
 import shlex
 import sys
@@ -43,10 +40,10 @@ from ..errors import HiCacheError
 from ..registry import resolve_backend
 from ..sglang import BRIDGE_EXTRA_CONFIG
 from ..sglang.checks import implements_v1
+from .linker_args import build_linker_args
+from .secrets import secret_keys, write_secret_file
 
 HELP = "print the SGLang flags that load a backend through the hicache-sdk bridge"
-
-_URL_CREDENTIALS = re.compile(r"^[a-z][a-z0-9+.-]*://[^@/\s]*:[^@/\s]*@", re.IGNORECASE)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,46 +69,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the flags of SGLang's unified cache linker (TransportLinker) instead of HiCache",
     )
-
-
-def secret_keys(config_cls: type[BackendConfig] | None, config: dict[str, Any]) -> list[str]:
-    """The keys of ``config`` that hold a secret: a set field declared secret by
-    ``config_cls``, or any string value carrying URL credentials (``scheme://u:p@``)."""
-    declared: set[str] = set()
-    if config_cls is not None and dataclasses.is_dataclass(config_cls):
-        declared = {f.name for f in dataclasses.fields(config_cls) if f.metadata.get("secret")}
-    found = []
-    for key, value in config.items():
-        declared_and_set = key in declared and value not in (None, "")
-        if declared_and_set or (isinstance(value, str) and _URL_CREDENTIALS.match(value)):
-            found.append(key)
-    return sorted(found)
-
-
-def write_secret_file(path: Path, doc: dict[str, Any]) -> None:
-    """Write ``doc`` as JSON to ``path`` with mode 0600 from the first byte (``O_CREAT``
-    with 0600, then ``fchmod`` in case the file existed). A symlink at ``path`` is refused
-    (``O_NOFOLLOW``: a link could point the secrets anywhere), with an ``OSError`` that
-    says so in words."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags, 0o600)
-    except OSError as e:
-        if e.errno == errno.ELOOP or path.is_symlink():
-            raise OSError(
-                f"--secret-file {path} is a symbolic link; refusing to write secrets through a link "
-                f"(it could point anywhere): remove it or choose another path",
-            ) from None
-        raise OSError(f"--secret-file {path}: {e.strerror}") from None
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            fd = -1
-            json.dump(doc, f, indent=2, sort_keys=True)
-            f.write("\n")
-    finally:
-        if fd >= 0:
-            os.close(fd)
 
 
 def build_args(
@@ -166,8 +123,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = parse_config_arg(args.config)
         if getattr(args, "linker", False):
-            from .linker_args import build_linker_args
-
             out = {"secret_file": None, **build_linker_args(args.name, config, dist=args.dist)}
         else:
             out = build_args(

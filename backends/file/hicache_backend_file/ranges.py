@@ -7,8 +7,7 @@ import os
 import stat
 from collections.abc import Sequence
 
-from hicache_sdk.kit.ranges import ranges_within
-from hicache_sdk.transport import Range, check_ranges
+from hicache_sdk.transport import Range, check_ranges, ranges_within
 
 from .base import FileBase, reason_of
 from .names import check_names

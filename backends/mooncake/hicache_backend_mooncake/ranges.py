@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hicache_sdk.kit.ranges import ranges_within
-from hicache_sdk.transport import Range, check_ranges
+from hicache_sdk.transport import Range, check_ranges, ranges_within
 
 __all__ = ["flatten_ranges", "read_ranges_with"]
 

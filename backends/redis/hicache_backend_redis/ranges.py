@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from hicache_sdk import TransportError
-from hicache_sdk.kit.ranges import ranges_within, read_ranges_whole
 from hicache_sdk.kit.segments import memoryviews
-from hicache_sdk.transport import Range, check_ranges
+from hicache_sdk.transport import Range, check_ranges, ranges_within, read_ranges_whole
 
 __all__ = ["read_ranges_redis"]
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hicache_sdk.kit.ranges import ranges_within
-from hicache_sdk.transport import Range, check_ranges, check_reason
+from hicache_sdk.transport import Range, check_ranges, check_reason, ranges_within
 
 from .client import classify
 from .segio import read_body_into, segment_views

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import CheckMain, transport_tests_first
+
 __all__ = ["run"]
 
 _OURS = "hicache_sdk.sglang.linker:TransportLinker"
@@ -49,7 +51,7 @@ def _is_linker(obj: type | None) -> bool:
     return obj is not None and issubclass(obj, UnifiedCacheLinker)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, check_main: CheckMain) -> int:
     from hicache_sdk.config import parse_config_arg
 
     try:
@@ -71,14 +73,8 @@ def run(args: argparse.Namespace) -> int:
     if _is_linker(target):
         linker, extra = args.backend, dict(config)
     else:
-        from ..cli import main as check_main
-
-        argv = [args.backend, "-k", "transport", "-q"]
-        if args.config:
-            argv += ["--config", args.config]
-        code = check_main(argv)
+        code = transport_tests_first(args, check_main)
         if code != 0:
-            print(f"hicache check: {args.backend}: the transport tests failed (exit {code})", file=sys.stderr)
             return code
         linker, extra = _OURS, {"backend": args.backend, "backend_config": dict(config)}
     env = linker_contract.linker_env(linker, extra)
