@@ -132,7 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         refused = _try_construct(args.backend, args.config, args.isolate or [])
     if refused is not None:
         code, cause = refused
-        print(f"hicache check: {args.backend}: {cause}", file=sys.stderr)
+        tail = "; nothing ran" if code == 1 else ""  # exit 1 is also "a test failed": say none ran
+        print(f"hicache check: {args.backend}: {cause}{tail}", file=sys.stderr)
         if args.report:
             _write_unusable_report(args.report, args.backend, cause)
         return code
@@ -275,7 +276,7 @@ def _try_construct(backend: str, config_arg: str | None, isolate: list[str]) -> 
                 close()
         except Exception:
             pass
-    return (1, f"{unreachable}; nothing ran") if unreachable else None
+    return (1, unreachable) if unreachable else None
 
 
 def _write_unusable_report(path: str, backend: str, cause: str) -> None:
