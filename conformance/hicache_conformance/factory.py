@@ -188,10 +188,10 @@ class BackendFactory:
         written = self._written.setdefault(ns, set())
         lock = self._lock
 
-        def recording_write(keys: Any, buffers: Any) -> Any:
+        def recording_write(keys: Any, buffers: Any, *args: Any, **kwargs: Any) -> Any:
             with lock:
                 written.update(keys)
-            return write(keys, buffers)
+            return write(keys, buffers, *args, **kwargs)  # a cancellable one takes cancel=
 
         recording_write._hicache_records = written  # type: ignore[attr-defined]
         try:

@@ -312,7 +312,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     elif report.skipped and o.outcome == "unknown":
         o.outcome = "skipped"
         lr = report.longrepr
-        o.reason = (lr[2] if isinstance(lr, tuple) else str(lr)).removeprefix("Skipped: ")
+        o.reason = lr[2] if isinstance(lr, tuple) else str(lr)
     elif report.when == "call" and report.passed and o.outcome == "unknown":
         o.outcome = "passed"
 

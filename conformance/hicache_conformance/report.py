@@ -106,7 +106,8 @@ def _tally(outcomes: list[Outcome]) -> dict[str, Any]:
     for o in outcomes:
         counts[o.outcome if o.outcome in counts else "failed"] += 1
         if o.outcome == "skipped":
-            reasons[o.reason] = reasons.get(o.reason, 0) + 1
+            why = o.reason.removeprefix("Skipped: ")
+            reasons[why] = reasons.get(why, 0) + 1
     counts["status"] = "skipped" if outcomes and counts["skipped"] == len(outcomes) else "ran"
     counts["skip_reasons"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
     return counts
