@@ -100,6 +100,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _capabilities_joined(argv: list[str]) -> list[str]:
+    """``--capabilities -mla`` as ``--capabilities=-mla`` (argparse would read ``-mla`` as an
+    option of its own)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--capabilities" and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"--capabilities={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def _plugin_autoloaded() -> bool:
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return False
@@ -110,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the suite; return the exit status (0 pass, 1 test failures, 2+ usage/internal)."""
     import pytest
 
-    args = _parser().parse_args(list(argv) if argv is not None else None)
+    args = _parser().parse_args(_capabilities_joined(list(argv) if argv is not None else sys.argv[1:]))
     if args.level:
         from .capabilities import parse_levels
 

@@ -265,9 +265,10 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             rows.append(f"{name} tests skipped ({g['skipped']}): {why}")
     cleanup = report.get("cleanup") or {}
     if cleanup.get("status"):
-        rows.append(
-            f"cleanup: {cleanup['status']}" + (f" ({cleanup['errors'][0]})" if cleanup.get("errors") else "")
-        )
+        status = str(cleanup["status"])
+        head = status if status.startswith("cleanup") else f"cleanup: {status}"
+        errors = cleanup.get("errors") if status != "nothing left" else None  # in the JSON still
+        rows.append(head + (f" ({errors[0][:200]})" if errors else ""))
     paths = report.get("io_paths") or {}
     if paths:
         rows.append(

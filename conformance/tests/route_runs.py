@@ -88,6 +88,9 @@ for label, target, config in spec["backends"]:
     report = f"{tmp}/check-{label}.json"
     args = [target, "--config", cfg, "--matrix", "minimal", "-k", spec["k"], "-q", "--report", report]
     out["check_rc"][label] = int(check(args))
+# a backend without delete: the suite cannot clean up after itself, and says so
+args = ["memory", "--capabilities", "-delete", "--matrix", "minimal", "-k", "byte_exact", "-q"]
+out["no_delete_rc"] = int(check([*args, "--report", tmp + "/no-delete.json"]))
 Path(tmp, "out.json").write_text(json.dumps(out))
 """
 
@@ -105,6 +108,8 @@ class Routes:
     check_rc: dict[str, int]
     check_reports: dict[str, dict[str, Any]]
     output: str
+    #: ``hicache check memory --capabilities -delete``'s report.
+    no_delete: dict[str, Any]
 
 
 def strip_class(nodeid: str) -> str:
@@ -159,4 +164,5 @@ def run_routes(tmp: Path) -> Routes:
         {label: int(rc) for label, rc in out["check_rc"].items()},
         check_reports,
         output,
+        json.loads((tmp / "no-delete.json").read_text()),
     )

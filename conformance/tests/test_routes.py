@@ -79,3 +79,9 @@ def test_the_report_lists_groups_and_levels_with_skip_reasons(routes: Routes) ->
     assert report["groups"]["faults"]["status"] == "not selected", report["groups"]
     assert report["levels"]["L3-concurrency"]["status"] == "ran", report["levels"]
     assert set(report["levels_not_selected"]) == {"L0-shape", "L2-lifecycle", "L4-faults", "stateful"}
+
+
+def test_a_backend_without_delete_is_told_cleanup_is_impossible(routes: Routes) -> None:
+    report = routes.no_delete
+    assert report["ok"] and report["capabilities"]["declared"]["delete"] is False, report.get("error")
+    assert report["cleanup"]["status"] == "cleanup impossible: no delete", report["cleanup"]
