@@ -62,3 +62,25 @@ def test_extra_config_repr_redacts_any_mapping() -> None:
     cfg = HiCacheStorageConfig(extra_config=MappingProxyType({"namespace_salt": salt}))
     assert salt not in repr(cfg)
     assert "namespace_salt" in repr(cfg)
+
+
+def test_limits_print_with_units() -> None:
+    """A byte limit reads as a size (``1 TiB``), a duration in seconds, a count in full."""
+    with pytest.raises(ConfigError) as e:
+        BackendConfig.from_mapping({"staging_bytes": 1 << 50})
+    assert str(e.value) == "staging_bytes: must be >= 0 bytes and <= 1 TiB, got 1024 TiB"
+    with pytest.raises(ConfigError) as e:
+        BackendConfig.from_mapping({"transfer_timeout_s": 5000})
+    assert str(e.value) == "transfer_timeout_s: must be >= 0 s and <= 3600 s, got 5000 s"
+    with pytest.raises(ConfigError) as e:
+        BackendConfig.from_mapping({"breaker_failures": 2_000_000})
+    assert str(e.value) == "breaker_failures: must be >= 1 and <= 1000000, got 2000000"
+    from hicache_sdk.config.units import format_size
+
+    assert [format_size(n) for n in (8 << 20, 1536, 1, 0, 3 << 30)] == [
+        "8 MiB",
+        "1536 bytes",
+        "1 byte",
+        "0 bytes",
+        "3 GiB",
+    ]

@@ -37,6 +37,8 @@ __all__ = [
     "strict_reason",
     "declares_capabilities",
     "infer_capabilities",
+    "written_against_sglang",
+    "mla_not_certified",
     "default_profile",
     "parse_capabilities",
     "apply_capability_overrides",
@@ -134,6 +136,26 @@ def _contract_base(cls: type[Any]) -> type[Any] | None:
     return bases[-1] if bases else None
 
 
+def written_against_sglang(cls: type[Any]) -> bool:
+    """Whether ``cls`` derives from SGLang's own ``HiCacheStorage`` (not the SDK's twin)."""
+    base = _contract_base(cls)
+    return base is not None and str(getattr(base, "__module__", "")).startswith("sglang.")
+
+
+def mla_not_certified(
+    declared: dict[str, bool], from_command_line: list[str] | tuple[str, ...]
+) -> str | None:
+    """Why MLA was not certified (no MLA host-pool case ran), or ``None`` when ``mla`` is on."""
+    if declared.get("mla", True):
+        return None
+    if any(c in ("-mla", "no-mla") for c in from_command_line):
+        return (
+            "MLA was not certified: taken away with --capabilities -mla (SGLang still hands MLA "
+            "models to every backend it loads)"
+        )
+    return "MLA was not certified: the backend does not declare mla (declare it with --capabilities mla)"
+
+
 def declares_capabilities(cls: type[Any]) -> bool:
     """Whether a class below ``HiCacheStorage`` in ``cls``'s MRO sets ``capabilities``
     itself (a ``PagedStorage`` subclass always does, through the adapter)."""
@@ -159,9 +181,10 @@ def infer_capabilities(cls: type[Any]) -> tuple[Capabilities, tuple[str, ...]]:
     A declared ``Capabilities`` (see :func:`declares_capabilities`) is authoritative and
     nothing is inferred. Otherwise each capability is exactly what the class implements:
     ``zero_copy`` when both v1 methods are overridden, ``hybrid_pools`` when the three v2
-    methods are, ``delete`` when ``clear`` is; every other capability (``mla``,
-    ``persistent``, ...) is false, since it cannot be seen from the methods. The second
-    item lists the inferred capabilities that came out true."""
+    methods are, ``delete`` when ``clear`` is, ``mla`` for a class written against
+    SGLang's own ``HiCacheStorage`` (SGLang hands it MLA models whatever it declares);
+    every other capability (``persistent``, ...) is false, since it cannot be seen from
+    the methods. The second item lists the inferred capabilities that came out true."""
     if declares_capabilities(cls):
         return cls.capabilities, ()
     base = _contract_base(cls)
@@ -171,6 +194,8 @@ def infer_capabilities(cls: type[Any]) -> tuple[Capabilities, tuple[str, ...]]:
             _overrides(cls, base, m) for m in ("batch_exists_v2", "batch_get_v2", "batch_set_v2")
         ),
         "delete": _overrides(cls, base, "clear"),
+        # SGLang hands MLA models to every backend it loads: no class of its ABC opts out
+        "mla": written_against_sglang(cls),
     }
     caps = Capabilities(**{n: found.get(n, False) for n in Capabilities.names()})
     return caps, tuple(n for n, v in found.items() if v)

@@ -108,6 +108,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _capabilities_joined(argv: list[str]) -> list[str]:
+    """``--capabilities -mla`` as ``--capabilities=-mla`` (argparse would read ``-mla`` as an
+    option of its own)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--capabilities" and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"--capabilities={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def _plugin_autoloaded() -> bool:
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         return False
@@ -118,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the suite; return the exit status (0 pass, 1 test failures, 2+ usage/internal)."""
     import pytest
 
-    args = _parser().parse_args(list(argv) if argv is not None else None)
+    args = _parser().parse_args(_capabilities_joined(list(argv) if argv is not None else sys.argv[1:]))
     runner = engine_runner(args.engine)
     if runner is not None:
         return runner(args, main)
@@ -143,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         refused = _try_construct(args.backend, args.config, args.isolate or [])
     if refused is not None:
         code, cause = refused
-        print(f"hicache check: {args.backend}: {cause}", file=sys.stderr)
+        tail = "; nothing ran" if code == 1 else ""  # exit 1 is also "a test failed": say none ran
+        print(f"hicache check: {args.backend}: {cause}{tail}", file=sys.stderr)
         if args.report:
             _write_unusable_report(args.report, args.backend, cause)
         return code
@@ -286,7 +302,7 @@ def _try_construct(backend: str, config_arg: str | None, isolate: list[str]) -> 
                 close()
         except Exception:
             pass
-    return (1, f"{unreachable}; nothing ran") if unreachable else None
+    return (1, unreachable) if unreachable else None
 
 
 def _write_unusable_report(path: str, backend: str, cause: str) -> None:

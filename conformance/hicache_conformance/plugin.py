@@ -26,8 +26,16 @@ from typing import Any
 
 import pytest
 
-from .capabilities import PROFILES, parse_capabilities, parse_levels, strict_reason, test_level, test_requires
-from .report import Outcome, build_report, summary_lines
+from .capabilities import (
+    PROFILES,
+    mla_not_certified,
+    parse_capabilities,
+    parse_levels,
+    strict_reason,
+    test_level,
+    test_requires,
+)
+from .report import Outcome, build_report, group_of, summary_lines
 
 _SUITE_FILE = Path(__file__).with_name("suite") / "test_configured.py"
 #: The configured backend of the innermost running ``--hicache-backend`` session (read
@@ -156,16 +164,8 @@ def configured_suite() -> type | None:
             return private_store_config(capacity_bytes)
 
         attrs["capacity_config"] = capacity_config
-    from hicache_sdk import PagedStorage
-
-    from .suite import TransportTests
-
-    cls = resolve_backend_class(attrs["backend"])
-    # a PagedStorage backend's own transport is certified too, below the adapter
-    bases: tuple[type, ...] = (BackendSuite,)
-    if isinstance(cls, type) and issubclass(cls, PagedStorage):
-        bases = (BackendSuite, TransportTests)
-    return type("TestConfiguredBackend", bases, attrs)
+    # BackendSuite holds the transport tests too: the same tests as a test file's subclass
+    return type("TestConfiguredBackend", (BackendSuite,), attrs)
 
 
 def _memory_fault_hooks(cls: type) -> Any:
@@ -238,6 +238,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 info[1],
             )
             outcome.io_path = params.get("io_path")
+            outcome.group = group_of(getattr(item, "function", None))
             outcome.suite_class = item.cls.__name__  # type: ignore[attr-defined]
             config._hicache_outcomes[item.nodeid] = outcome  # type: ignore[attr-defined]
             config._hicache_classes[item.cls.__name__] = item.cls  # type: ignore[attr-defined]
@@ -268,6 +269,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if o is not None:
             o.strict_why = why
     factory = (getattr(item, "funcargs", None) or {}).get("backend_factory")
+    if factory is not None and report.when == "teardown" and o is not None:
+        o.cleaned = bool(getattr(item, "cls", None) and item.cls.capabilities_of().delete)  # type: ignore[attr-defined]
+        o.left = factory.left
+        o.cleanup_errors = list(factory.cleanup_errors)
     if factory is not None and report.when == "call":
         bugs = factory.bugs()
         if bugs and o is not None:
@@ -348,6 +353,11 @@ def peak_rss() -> dict[str, int]:
     }
 
 
+def _not_certified(declared: dict[str, bool], from_command_line: tuple[str, ...]) -> dict[str, str]:
+    why = mla_not_certified(declared, from_command_line)
+    return {"mla": why} if why else {}
+
+
 def _class_info(suite_cls: Any) -> dict[str, Any]:
     backend = suite_cls.backend_class()
     caps = suite_cls.capabilities_of()
@@ -360,6 +370,7 @@ def _class_info(suite_cls: Any) -> dict[str, Any]:
             "inferred": list(suite_cls.inferred_capabilities()),
             "from_command_line": list(suite_cls.extra_capabilities),
             "sources": suite_cls.capability_sources(),
+            "not_certified": _not_certified(caps.to_dict(), suite_cls.extra_capabilities),
         },
         "host_pools": suite_cls.host_pools,
         "geometry": suite_cls.geometry,
@@ -429,6 +440,7 @@ def _report(config: pytest.Config) -> dict[str, Any] | None:
         caps = infos[first.__name__]["capabilities"]
         report["capabilities"]["from_command_line"] = caps["from_command_line"]
         report["capabilities"]["sources"] = caps["sources"]
+        report["capabilities"]["not_certified"] = caps["not_certified"]
         report["route"] = infos[first.__name__]["route"]
         report["geometry"] = infos[first.__name__].get("geometry", "small")
     report["classes"] = infos

@@ -3,7 +3,9 @@
 Report fields: ``suite_version``, ``backend`` (name, class, distribution, version),
 ``profile``, ``capabilities`` (declared, verified: cap -> "verified" / "failed" /
 "untested" / "not declared"; inferred; from_command_line; sources), ``levels`` (level ->
-passed / skipped / failed / waived counts), ``io_paths`` (the same counts per SGLang I/O
+passed / skipped / failed / waived counts, ``status`` and ``skip_reasons``),
+``levels_not_selected``, ``groups`` (test group -> the same, every group listed),
+``io_paths`` (the same counts per SGLang I/O
 path: ``generic``, ``v1``), ``route``, ``classes``, ``sglang`` (version, whose host pools,
 whose controller), ``resources`` (peak RSS), ``waivers`` (test -> reason), ``tests``
 (nodeid -> outcome, level, io_path, reason, bug), ``config`` (secrets removed), ``ok``.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .capabilities import LEVELS
@@ -64,6 +66,51 @@ class Outcome:
     suite_class: str = ""
     #: The first bug the backend recorded during the test (site, error, message, traceback).
     bug: dict[str, str] | None = None
+    #: The test group (the suite mixin that defines the test: ``transport``, ``pools``, ...).
+    group: str = ""
+    #: Cleanup after the test: ``None`` when it built no backend through the factory;
+    #: ``False`` when the backend cannot delete; ``left``: objects still there afterwards
+    #: (``None``: not checked, no transport to ask).
+    cleaned: bool | None = None
+    left: int | None = None
+    cleanup_errors: list[str] = field(default_factory=list)
+
+
+#: Suite mixin -> the test group the report lists it under.
+GROUPS: dict[str, str] = {
+    "ShapeTests": "shape",
+    "SemanticsTests": "semantics",
+    "PoolTests": "pools",
+    "RawObjectTests": "raw objects",
+    "LifecycleTests": "lifecycle",
+    "ConcurrencyTests": "concurrency",
+    "FaultTests": "faults",
+    "StatefulTests": "stateful",
+    "TransportTests": "transport",
+}
+
+
+def group_of(fn: Any) -> str:
+    """The test group of a suite test function: its defining mixin's entry in
+    :data:`GROUPS`, else that class's name."""
+    owner = getattr(fn, "__qualname__", "").split(".")[0]
+    return GROUPS.get(owner, owner)
+
+
+def _tally(outcomes: list[Outcome]) -> dict[str, Any]:
+    """passed / skipped / failed / waived counts; ``status``: ``ran`` when a test passed,
+    failed or was waived, ``skipped`` when every test was skipped; ``skip_reasons``:
+    reason -> how many tests it skipped."""
+    counts: dict[str, Any] = {"passed": 0, "skipped": 0, "failed": 0, "waived": 0}
+    reasons: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.outcome if o.outcome in counts else "failed"] += 1
+        if o.outcome == "skipped":
+            why = o.reason.removeprefix("Skipped: ")
+            reasons[why] = reasons.get(why, 0) + 1
+    counts["status"] = "skipped" if outcomes and counts["skipped"] == len(outcomes) else "ran"
+    counts["skip_reasons"] = dict(sorted(reasons.items(), key=lambda kv: -kv[1]))
+    return counts
 
 
 def backend_distribution(cls: Any) -> tuple[str | None, str | None]:
@@ -91,12 +138,17 @@ def build_report(
     config: Mapping[str, Any],
 ) -> dict[str, Any]:
     dist, version = backend_distribution(backend_cls)
-    levels: dict[str, dict[str, int]] = {}
     outcomes = [o for o in outcomes if o.outcome != "unknown"]  # not run (deselected, -x)
+    by_level: dict[str, list[Outcome]] = {}
+    by_group: dict[str, list[Outcome]] = {g: [] for g in GROUPS.values()}
     for o in outcomes:
-        name = LEVELS.get(o.level if o.level is not None else -1, "other")
-        counts = levels.setdefault(name, {"passed": 0, "skipped": 0, "failed": 0, "waived": 0})
-        counts[o.outcome if o.outcome in counts else "failed"] += 1
+        by_level.setdefault(LEVELS.get(o.level if o.level is not None else -1, "other"), []).append(o)
+        by_group.setdefault(o.group or "other", []).append(o)
+    levels = {name: _tally(os_) for name, os_ in by_level.items()}
+    groups = {
+        name: _tally(os_) if os_ else {**_tally([]), "status": "not selected"}
+        for name, os_ in by_group.items()
+    }
     verified: dict[str, str] = {}
     for cap, on in declared.items():
         if not on:
@@ -130,13 +182,42 @@ def build_report(
         },
         "capabilities": {"declared": dict(declared), "verified": verified},
         "levels": dict(sorted(levels.items())),
+        "levels_not_selected": [n for n in LEVELS.values() if n not in levels],
+        "groups": groups,
         "io_paths": dict(sorted(paths.items())),
         "waivers": dict(waivers),
         "config": redact_config(config, backend_cls),
         "tests": {o.nodeid: _test_entry(o) for o in outcomes},
+        "cleanup": cleanup_summary(outcomes),
         # a run in which no test passed certifies nothing (a session that errored before
         # or after its tests, a selection that ran none)
         "ok": failed == 0 and passed > 0,
+    }
+
+
+def cleanup_summary(outcomes: list[Outcome]) -> dict[str, Any]:
+    """What the suite left in the store. ``status``: ``nothing left`` (every object written
+    through the backend's transport was checked and is gone), ``N object(s) left``,
+    ``cleanup impossible: no delete`` (the backend declares no ``delete``), or ``not
+    checked`` (cleared, but no transport to ask what is left); ``left``: the count;
+    ``tests``: test id -> objects it left; ``errors``: a failed clear or check."""
+    built = [o for o in outcomes if o.cleaned is not None]
+    if built and not any(o.cleaned for o in built):
+        return {"status": "cleanup impossible: no delete", "left": None, "tests": {}, "errors": []}
+    checked = [o for o in built if o.left is not None]
+    left = sum(o.left or 0 for o in checked)
+    errors = [e for o in built for e in o.cleanup_errors][:5]
+    if not checked:
+        status = "not checked"
+    elif left:
+        status = f"{left} object(s) left"
+    else:
+        status = "nothing left"
+    return {
+        "status": status,
+        "left": left if checked else None,
+        "tests": {o.nodeid: o.left for o in checked if o.left},
+        "errors": errors,
     }
 
 
@@ -173,6 +254,16 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
                 failed[rule] = failed.get(rule, 0) + 1
         for rule, n in sorted(failed.items()):
             rows.append(f"  FAIL {rule}" + (f" (x{n})" if n > 1 else ""))
+    for name, g in (report.get("groups") or {}).items():
+        if g.get("status") == "skipped":
+            why = next(iter(g.get("skip_reasons") or {}), "")
+            rows.append(f"{name} tests skipped ({g['skipped']}): {why}")
+    cleanup = report.get("cleanup") or {}
+    if cleanup.get("status"):
+        status = str(cleanup["status"])
+        head = status if status.startswith("cleanup") else f"cleanup: {status}"
+        errors = cleanup.get("errors") if status != "nothing left" else None  # in the JSON still
+        rows.append(head + (f" ({errors[0][:200]})" if errors else ""))
     paths = report.get("io_paths") or {}
     if paths:
         rows.append(
@@ -208,5 +299,7 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         extra += f"; inferred capabilities: {', '.join(inferred)}"
     if cli:
         extra += f"; declared on the command line: {', '.join(cli)}"
+    for why in (caps.get("not_certified") or {}).values():
+        rows.append(str(why))
     rows.append(f"{report['backend']['name']}: {verdict}{extra})")
     return rows

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigError
 from ..sglang.versions import CURRENT
-from .units import describe_value
+from .units import describe_value, format_number
 from .values import coerce
 
 __all__ = [
@@ -89,17 +89,12 @@ def secret_field(default: Any = None, **metadata: Any) -> Any:
     return field(default=default, repr=False, metadata={"secret": True, **metadata})
 
 
-def _range_text(rng: tuple[float | None, ...], allow: tuple[Any, ...]) -> str:
+def _range_text(rng: tuple[float | None, ...], allow: tuple[Any, ...], unit: str | None = None) -> str:
     ge, gt, le, lt = rng
     parts = []
-    if ge is not None:
-        parts.append(f">= {ge:g}")
-    if gt is not None:
-        parts.append(f"> {gt:g}")
-    if le is not None:
-        parts.append(f"<= {le:g}")
-    if lt is not None:
-        parts.append(f"< {lt:g}")
+    for sign, bound in ((">=", ge), (">", gt), ("<=", le), ("<", lt)):
+        if bound is not None:
+            parts.append(f"{sign} {format_number(bound, unit)}")
     text = " and ".join(parts)
     return text + (f" (or {', '.join(repr(a) for a in allow)})" if allow else "")
 
@@ -121,7 +116,9 @@ def check_field(f: dataclasses.Field[Any], value: Any) -> None:
         or (le is not None and value > le)
         or (lt is not None and value >= lt)
     ):
-        raise ConfigError(f"{f.name}: must be {_range_text(rng, allow)}, got {value!r}")
+        unit = f.metadata.get("unit")
+        got = format_number(value, unit) if unit else repr(value)
+        raise ConfigError(f"{f.name}: must be {_range_text(rng, allow, unit)}, got {got}")
 
 
 def _read_config_file(path: str) -> Any:

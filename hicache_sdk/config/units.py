@@ -28,7 +28,7 @@ from decimal import Decimal, InvalidOperation
 
 from ..errors import ConfigError
 
-__all__ = ["parse_duration", "parse_size", "describe_value"]
+__all__ = ["parse_duration", "parse_size", "describe_value", "format_size", "format_number"]
 
 _SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([A-Za-z]*)")
 _SI = {"k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
@@ -46,6 +46,27 @@ def describe_value(value: object) -> str:
     if isinstance(value, str):
         return f"a string of {len(value)} characters"
     return f"a {type(value).__name__}"
+
+
+def format_size(nbytes: float) -> str:
+    """A byte count as people write it: ``8 MiB`` when a whole number of an IEC unit (the
+    largest that divides it), else ``N bytes`` (``1536 bytes``, never a rounded figure)."""
+    n = int(nbytes)
+    if n != nbytes:
+        return f"{nbytes:g} bytes"
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} byte" if n == 1 else f"{n} bytes"
+
+
+def format_number(value: float, unit: str | None = None) -> str:
+    """A limit or value in an error message: sizes with :func:`format_size`, durations in
+    seconds (``3600 s``), whole numbers in full (``1000000``, never ``1e+06``)."""
+    if unit == "bytes":
+        return format_size(value)
+    text = str(int(value)) if float(value).is_integer() and abs(value) < 1e18 else f"{value:g}"
+    return f"{text} s" if unit == "seconds" else text
 
 
 def _multiplier(suffix: str) -> int | None:

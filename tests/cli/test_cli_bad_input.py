@@ -70,14 +70,19 @@ def test_wrong_type_or_unit_names_the_key(
 def test_unreachable_server_is_exit_1_with_the_error(tmp_path: Path, command: str) -> None:
     port = _closed_port()
     config = json.dumps({"url": f"redis://127.0.0.1:{port}"})
-    proc = _hicache(command, "redis", "--config", config, cwd=tmp_path)
+    report = tmp_path / "report.json"
+    extra = ["--report", str(report)] if command == "check" else []
+    proc = _hicache(command, "redis", "--config", config, *extra, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "Traceback" not in out
     reached = [ln for ln in out.splitlines() if "the backend's server cannot be reached (" in ln]
     assert len(reached) == 1 and f"connection refused: 127.0.0.1:{port}" in reached[0], out
     if command == "check":
-        assert proc.stderr.rstrip().endswith("; nothing ran"), proc.stderr
+        assert proc.stderr.rstrip().endswith("; nothing ran") and out.count("nothing ran") == 1, out
+        error = json.loads(report.read_text())["error"]
+        assert error.startswith("nothing ran: the backend's server cannot be reached (")
+        assert error.count("nothing ran") == 1, error
 
 
 def test_ping_refuses_pages_beyond_the_machines_memory(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ def test_memory_certifies_in_its_default_profile() -> None:
     totals = res.totals
     assert totals["failed"] == 0 and totals["passed"] >= 150, totals
     skipped = res.outcomes("skipped")
-    assert len(skipped) == 5, skipped  # persistence, two processes, 3 sglang-* naming tests
+    assert len(skipped) == 6, skipped  # persistence, two processes, health, 3 sglang-* naming tests
     assert all(
         r.startswith("Skipped: backend does not declare") or "default key scheme" in r
         for r in skipped.values()
@@ -31,6 +31,7 @@ def test_file_certifies_in_its_default_profile(tmp_path: Path) -> None:
     assert res.summary_line == "file: PASS (profile strict)"
     totals = res.totals
     assert totals["failed"] == 0 and totals["passed"] >= 60, totals
+    assert res.report["cleanup"]["status"] == "nothing left", res.report["cleanup"]
     verified = res.report["capabilities"]["verified"]
-    for cap in ("persistent", "shared_across_processes", "capacity_bound", "delete", "zero_copy"):
+    for cap in ("persistent", "shared_across_processes", "capacity_bound", "delete", "zero_copy", "health"):
         assert verified[cap] == "verified", (cap, verified)

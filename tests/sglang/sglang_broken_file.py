@@ -104,3 +104,19 @@ class StoresNothingFile(FileWithV1):
 
 
 BROKEN = (ShortReadFile, TruncatedLastPageFile, StoresNothingFile)
+
+
+class MLAOnlyBrokenFile(FileWithV1):
+    """Right for MHA, wrong for MLA only: an MLA page is stored with its two halves swapped
+    (latent and rope parts put back in the wrong order), and every write reports success."""
+
+    PATHS: ClassVar[tuple[str, ...]] = ("generic", "v1")
+
+    def set(
+        self, key: str, value: Optional[Any] = None, target_location: Any = None, target_sizes: Any = None
+    ) -> bool:
+        if value is not None and "MLA" in type(self.mem_pool_host).__name__:
+            flat = value.contiguous().view(torch.uint8).reshape(-1)
+            half = flat.numel() // 2
+            value = torch.cat([flat[half:], flat[:half]]).view(value.dtype).reshape(value.shape)
+        return bool(super().set(key, value, target_location, target_sizes))

@@ -2,8 +2,9 @@
 
 * SGLang's own ``HiCacheFile``, wrapped only for the dynamic loader's constructor shape
   ``cls(storage_config, config)`` (it takes a private ``file_path``), passes.
-* Its capabilities are inferred (it declares none): ``hybrid_pools`` (it implements v2)
-  and ``delete`` (it implements ``clear``); not ``zero_copy`` (no v1 methods).
+* Its capabilities are inferred (it declares none): ``hybrid_pools`` (it implements v2),
+  ``delete`` (it implements ``clear``) and ``mla`` (a class of SGLang's own ABC: SGLang
+  hands it MLA models); not ``zero_copy`` (no v1 methods).
 """
 
 from __future__ import annotations
@@ -63,5 +64,5 @@ class TestSGLangHiCacheFileContract(BackendSuite):
 
 def test_hicachefile_capabilities_are_inferred() -> None:
     caps, inferred = infer_capabilities(LoadableHiCacheFile)
-    assert inferred == ("hybrid_pools", "delete")
-    assert {n for n, v in caps.to_dict().items() if v} == {"hybrid_pools", "delete"}
+    assert inferred == ("hybrid_pools", "delete", "mla")
+    assert {n for n, v in caps.to_dict().items() if v} == {"hybrid_pools", "delete", "mla"}

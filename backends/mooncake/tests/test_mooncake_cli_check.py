@@ -66,6 +66,8 @@ def _check(cluster: MooncakeCluster, segment: Any) -> CheckResult:
     assert res.ok, (res.failures, res.output[-3000:])
     assert res.summary_line == "mooncake: PASS (profile strict)"
     assert res.seconds <= BUDGET_S, f"hicache check took {res.seconds:.1f} s"
+    assert res.report["cleanup"]["status"] == "nothing left", res.report["cleanup"]
+    assert res.report["capabilities"]["verified"]["health"] == "verified"
     return res
 
 

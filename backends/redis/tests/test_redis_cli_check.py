@@ -36,8 +36,9 @@ def _certified(res: Any) -> None:
         r.startswith("Skipped: backend does not declare") or "default key scheme" in r
         for r in skipped.values()
     ), skipped
+    assert res.report["cleanup"]["status"] == "nothing left", res.report["cleanup"]
     verified = res.report["capabilities"]["verified"]
-    for cap in ("persistent", "shared_across_processes", "delete", "zero_copy"):
+    for cap in ("persistent", "shared_across_processes", "delete", "zero_copy", "health"):
         assert verified[cap] == "verified", (cap, verified)
 
 

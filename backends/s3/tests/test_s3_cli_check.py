@@ -33,6 +33,7 @@ def test_s3_certifies_in_its_default_profile(moto: Any) -> None:
         r.startswith("Skipped: backend does not declare") or "default key scheme" in r
         for r in skipped.values()
     ), skipped
+    assert res.report["cleanup"]["status"] == "nothing left", res.report["cleanup"]
     verified = res.report["capabilities"]["verified"]
-    for cap in ("persistent", "shared_across_processes", "delete", "zero_copy"):
+    for cap in ("persistent", "shared_across_processes", "delete", "zero_copy", "health"):
         assert verified[cap] == "verified", (cap, verified)

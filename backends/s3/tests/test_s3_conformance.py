@@ -105,6 +105,13 @@ class TestS3Backend(BackendSuite):
 
 class TestS3BackendSGLangMooncake(TestS3Backend):
     config = {**_CFG, "key_scheme": "sglang-mooncake"}
+    waivers = {
+        "test_transport_delete_makes_a_miss": (
+            "under an sglang-* scheme the S3 transport deletes only names S3Storage.batch_delete "
+            "asked for (S3Transport.deletes_requested): a shared bucket may hold another "
+            "deployment's objects under SGLang's names"
+        )
+    }
 
     def namespace_config(self, namespace: str) -> dict[str, Any]:
         return {"prefix": f"conf/{namespace}/"}

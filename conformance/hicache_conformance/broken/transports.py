@@ -1,5 +1,11 @@
 """Broken transports (memory backend underneath), each failing the transport test named
-in its ``FAILS``: the faults seen in the field that the adapter-level suite let through."""
+in its ``FAILS``: the faults seen in the field that the adapter-level suite let through.
+
+Each backend over one is importable as ``hicache_conformance.broken.transports:MemoryWith<Name>``
+(``hicache check`` takes that path), and listed in :data:`BROKEN_TRANSPORTS`. The last two,
+:class:`GrowsInPlace` (a torn write, as a file written in place) and
+:class:`LargeWritesCutShort`, pass every test above the transport: only the transport
+tests catch them."""
 
 from __future__ import annotations
 
@@ -18,6 +24,8 @@ __all__ = [
     "MissRaises",
     "WritePartiallyVisible",
     "ReadsComeBackShort",
+    "GrowsInPlace",
+    "LargeWritesCutShort",
     "BROKEN_TRANSPORTS",
 ]
 
@@ -134,13 +142,67 @@ class ReadsComeBackShort(MemoryTransport):
         return out
 
 
+class GrowsInPlace(MemoryTransport):
+    """A torn write: the object is published empty and grows as its bytes are written, a
+    chunk at a time (a file written in place under its final name, create-if-absent
+    kept: ``open(O_CREAT | O_EXCL)`` then ``write``). A read of the half-written object
+    is a miss (its size is wrong) but ``exists`` reports the partial size."""
+
+    FAILS: ClassVar[str] = "test_transport_write_is_never_partially_visible"
+
+    def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        import numpy as np
+
+        out = []
+        for key, segs in zip(keys, buffers):
+            with self._store.lock:
+                if key in self._store.objects:
+                    out.append(True)
+                    continue
+                self._store.objects[key] = np.zeros(0, dtype=np.uint8)
+            done = np.zeros(0, dtype=np.uint8)
+            for address, nbytes in segs:
+                for off in range(0, nbytes, 65536):  # a chunk per write(), as a file grows
+                    n = min(65536, nbytes - off)
+                    chunk = np.empty(n, dtype=np.uint8)
+                    ctypes.memmove(int(chunk.ctypes.data), address + off, n)
+                    done = np.concatenate([done, chunk])
+                    with self._store.lock:
+                        self._store.objects[key] = done
+                    time.sleep(0.0005)
+            out.append(True)
+        return out
+
+
+class LargeWritesCutShort(MemoryTransport):
+    """A store with a value-size limit that keeps only the first 512 KiB of a larger
+    object and reports the write a success (pages of a small model fit: the adapter-level
+    tests never see it; a 1 MiB object reads back as a miss)."""
+
+    FAILS: ClassVar[str] = "test_transport_write_is_never_partially_visible"
+    LIMIT: ClassVar[int] = 512 * 1024
+
+    def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
+        cut: list[Segments] = []
+        for segs in buffers:
+            left, kept = self.LIMIT, []
+            for address, nbytes in segs:
+                if left <= 0:
+                    break
+                kept.append((address, min(nbytes, left)))
+                left -= nbytes
+            cut.append(kept)
+        return super().write(keys, cut)
+
+
 def _backend(transport_cls: type[MemoryTransport]) -> type[MemoryStorage]:
     def create_transport(self: Any, config: Any) -> MemoryTransport:
         return transport_cls(store=config.store, capacity_bytes=config.capacity_bytes)
 
-    return type(
-        f"MemoryWith{transport_cls.__name__}", (MemoryStorage,), {"create_transport": create_transport}
-    )
+    name = f"MemoryWith{transport_cls.__name__}"
+    cls = type(name, (MemoryStorage,), {"create_transport": create_transport, "__module__": __name__})
+    globals()[name] = cls  # importable as module:Class, for hicache check
+    return cls
 
 
 #: Backend class (memory backend over the broken transport) -> the test it must fail.
@@ -153,5 +215,7 @@ BROKEN_TRANSPORTS: dict[str, tuple[type[MemoryStorage], str]] = {
         MissRaises,
         WritePartiallyVisible,
         ReadsComeBackShort,
+        GrowsInPlace,
+        LargeWritesCutShort,
     )
 }

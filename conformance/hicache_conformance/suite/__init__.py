@@ -34,6 +34,9 @@ class BackendSuite(
     ConcurrencyTests,
     FaultTests,
     StatefulTests,
+    TransportTests,
 ):
     """Subclass as ``class TestMyBackend(BackendSuite): backend = "mine"`` (see
-    :mod:`hicache_conformance.base` for what to set and override)."""
+    :mod:`hicache_conformance.base` for what to set and override). The same tests as
+    ``hicache check NAME``: every level, and the transport tests below the adapter
+    (skipped, with the reason, for a backend that has no transport)."""

@@ -1,9 +1,11 @@
 """Transport-level tests: certify a :class:`~hicache_sdk.Transport` directly, below the
 paged adapter, with raw plants that no adapter-level test can make.
 
-``TransportTests`` (a mixin like the others) needs a ``transport`` fixture: by default the
-``raw_transport`` of a backend built on ``PagedStorage`` (so ``hicache check NAME`` runs
-these for every such backend); an author of a bare transport overrides the fixture::
+``TransportTests`` (a mixin like the others, part of ``BackendSuite``) needs a ``transport``
+fixture: by default the ``raw_transport`` of a backend built on ``PagedStorage`` (so
+``hicache check NAME`` and a ``BackendSuite`` subclass run these for every such backend,
+and skip them, with the reason, for a backend written straight against the ABC); an author
+of a bare transport overrides the fixture::
 
     class TestMyTransport(TransportTests):
         backend = "mine"            # for the report and the capability gate
@@ -29,23 +31,39 @@ write wins), and no reader ever sees a partially written object. Ranged reads:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 
-from hicache_sdk import SIZE_UNKNOWN
+from hicache_sdk import SIZE_UNKNOWN, TransportError
 
 from .. import pools as P
 from ..base import BackendFactory, SuiteBase
-from ..capabilities import level
+from ..capabilities import level, requires
 from ..explain import describe_page
 from .range_tests import RangeReadTests
 
-__all__ = ["TransportTests"]
+__all__ = ["TransportTests", "no_transport_reason"]
 
 _N = 4096  # bytes of a small object
+
+
+def _has_transport(cls: type[Any]) -> bool:
+    from hicache_sdk import PagedStorage
+
+    return isinstance(cls, type) and issubclass(cls, PagedStorage)
+
+
+def no_transport_reason(cls: type[Any]) -> str:
+    """Why the transport tests skip a backend: it has no transport to certify."""
+    return (
+        f"no transport: {cls.__name__} is written straight against the HiCacheStorage ABC, "
+        "not built on PagedStorage (a bare Transport is certified by a TransportTests class "
+        "with a transport fixture)"
+    )
 
 
 def _buf(nbytes: int) -> torch.Tensor:
@@ -70,12 +88,13 @@ class TransportTests(RangeReadTests, SuiteBase):
 
     @pytest.fixture
     def transport(self, backend_factory: BackendFactory) -> Any:
+        cls = self.backend_class()
+        if not _has_transport(cls):
+            pytest.skip(no_transport_reason(cls))
         backend = backend_factory()
         t = getattr(backend, "raw_transport", None)
         if t is None:
-            pytest.skip(
-                f"{type(backend).__name__} is not built on PagedStorage: override the transport fixture"
-            )
+            pytest.skip(no_transport_reason(type(backend)))
         return t
 
     @pytest.fixture
@@ -143,12 +162,20 @@ class TransportTests(RangeReadTests, SuiteBase):
     def test_transport_wrong_size_object_is_never_read(self, transport: Any, tkeys: Any, stored: str) -> None:
         """An object shorter (a torn or foreign write) or longer than the buffer is a miss:
         under a raw key scheme nothing above the transport checks the size, so a ``True``
-        here makes ``batch_get_v1`` serve a half-filled page as a hit."""
+        here makes ``batch_get_v1`` serve a half-filled page as a hit. A ``TransportError``
+        for the one-object batch counts as a miss too (the adapter reads it as one)."""
         (k,) = tkeys(stored)
         size = _N // 2 if stored == "truncated" else _N * 2
         assert self._put(transport, k, P.pattern(k, size))
-        assert self._get(transport, k, _N) is None, f"a {stored} object ({size} bytes) read as {_N} bytes"
-        assert self._get(transport, k, _N, parts=2) is None, f"a {stored} object read into 2 segments"
+
+        def get(parts: int) -> bytes | None:
+            try:
+                return self._get(transport, k, _N, parts=parts)
+            except TransportError:  # the whole (one-object) batch failed: the adapter's miss
+                return None
+
+        assert get(1) is None, f"a {stored} object ({size} bytes) read as {_N} bytes"
+        assert get(2) is None, f"a {stored} object read into 2 segments"
 
     @level(1)
     def test_transport_foreign_object_reads_back_exactly(self, transport: Any, tkeys: Any) -> None:
@@ -201,38 +228,74 @@ class TransportTests(RangeReadTests, SuiteBase):
         line = describe_page("read of another object after a delete", P.pattern(other, _N), got)
         assert not line, line
 
+    @level(1)
+    @requires("health")
+    def test_transport_health_probe_answers(self, transport: Any) -> None:
+        """The liveness probe the circuit breaker's half-open state calls answers ``True``
+        against a working service, within the call deadline, and never raises (a probe
+        that fails keeps the breaker open for good)."""
+        start = time.monotonic()
+        try:
+            ok = transport.health()
+        except Exception as e:
+            pytest.fail(f"health() raised {type(e).__name__}: {e} (a probe answers True or False)")
+        took = time.monotonic() - start
+        assert ok is True, f"health() returned {ok!r} against a working service (expected True)"
+        assert took <= self.call_deadline_s, (
+            f"health() took {took:.1f} s (deadline {self.call_deadline_s:g} s)"
+        )
+
     @level(3)
     def test_transport_write_is_never_partially_visible(self, transport: Any, tkeys: Any) -> None:
-        """Readers racing a writer see the whole object or nothing (1 MiB objects)."""
-        big = 1 << 20
-        keys = tkeys("partial", 6)
-        datas = {k: P.pattern(k, big) for k in keys}
+        """Readers racing a writer see the whole object or nothing (1 MiB objects written
+        from 256 segments): neither a read nor ``exists`` may show an object that is
+        still being written (an object written in place under its final name shows its
+        partial size to ``exists`` between the segments). The race is tried on up to 64
+        objects (at most ~1.5 s of writing), ending at the first partial object seen: a
+        file written in place shows within a few objects."""
+        big, parts = 1 << 20, 256
+        keys = tkeys("partial", 64)
         (probe,) = tkeys("partial-probe")
         assert self._put(transport, probe, P.pattern(probe, big)), "a 1 MiB write reported False"
         self._read_back(transport, probe, P.pattern(probe, big), "a 1 MiB object, with no writer racing")
         bad: list[str] = []
         done = threading.Event()
         started = threading.Barrier(3)
+        # the object being written, and its bytes: the readers aim at it
+        current: list[tuple[str, bytes] | None] = [None]
 
-        def reader() -> None:
+        def reader(use_exists: bool) -> None:
             dst = _buf(big)
             started.wait()
             while not done.is_set():
-                for k in keys:
-                    (ok,) = transport.read([k], [_segs(dst)])
-                    if ok and bytes(dst.numpy()) != datas[k]:
-                        bad.append(k)
+                now = current[0]
+                if now is None:
+                    time.sleep(0)
+                    continue
+                k, want = now
+                time.sleep(0)  # let the writer run between two looks
+                if use_exists:
                     size = transport.exists([k])[0]
                     if size not in (None, big, SIZE_UNKNOWN):
-                        bad.append(f"{k}: exists reported {size} bytes")
+                        bad.append(f"{k}: exists reported {size} of {big} bytes while it was written")
+                    continue
+                (ok,) = transport.read([k], [_segs(dst)])
+                if ok and bytes(dst.numpy()) != want:
+                    bad.append(f"{k}: a read returned True with bytes that are not the object's")
 
-        threads = [threading.Thread(target=reader) for _ in range(2)]
+        threads = [threading.Thread(target=reader, args=(e,)) for e in (False, True)]
         for th in threads:
             th.start()
         started.wait()
+        budget = time.monotonic() + 1.5
         try:
             for k in keys:
-                assert self._put(transport, k, datas[k], parts=4)
+                data = P.pattern(k, big // parts) * parts  # each object's own bytes, made fast
+                current[0] = (k, data)
+                assert self._put(transport, k, data, parts=parts)
+                current[0] = None
+                if bad or time.monotonic() > budget:
+                    break
         finally:
             done.set()
             for th in threads:
