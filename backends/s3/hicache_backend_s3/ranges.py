@@ -5,7 +5,7 @@ S3 pays a request per range, so the transport does not declare ranges cheap."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hicache_sdk.transport import Range, check_ranges, check_reason, ranges_within
@@ -16,49 +16,50 @@ from .segio import read_body_into, segment_views
 __all__ = ["read_ranges_s3"]
 
 
-def _count(transport: Any, e: BaseException) -> None:
+def _count(count_failure: Callable[[str], None], e: BaseException) -> None:
     try:
-        transport.count_failure(check_reason(classify(e)))
+        count_failure(check_reason(classify(e)))
     except (ValueError, TypeError):
-        transport.count_failure("io")
+        count_failure("io")
 
 
-def read_ranges_s3(transport: Any, key: str, ranges: Sequence[Range]) -> bool:
-    """``transport.read_ranges(key, ranges)`` (see the module docs); never raises for an
-    I/O failure."""
+def read_ranges_s3(
+    head: Callable[[], dict[str, Any]],
+    get_range: Callable[[str], dict[str, Any]],
+    count_failure: Callable[[str], None],
+    ranges: Sequence[Range],
+) -> bool:
+    """A ranged read of one object (see the module docs): ``head()`` is its ``HEAD``,
+    ``get_range("bytes=a-b")`` a ranged ``GET``, ``count_failure(reason)`` the
+    transport's failure counter. Never raises for an I/O failure."""
     checked = check_ranges(ranges)
-    if transport._closed:
-        return False
-    name = transport._key(key)
     try:
-        size = int(transport._fast.head_object(Bucket=transport.bucket, Key=name)["ContentLength"])
+        size = int(head()["ContentLength"])
     except Exception as e:
         if classify(e) != "missing":
-            _count(transport, e)
+            _count(count_failure, e)
         return False
     if not ranges_within(checked, size):
-        transport.count_failure("out_of_range")
+        count_failure("out_of_range")
         return False
     for offset, n, segs in checked:
         if not n:
             continue
         try:
-            r = transport._xfer.get_object(
-                Bucket=transport.bucket, Key=name, Range=f"bytes={offset}-{offset + n - 1}"
-            )
+            r = get_range(f"bytes={offset}-{offset + n - 1}")
         except Exception as e:
             if classify(e) != "missing":
-                _count(transport, e)
+                _count(count_failure, e)
             return False
         body = r["Body"]
         try:
             if int(r.get("ContentLength", -1)) != n or not read_body_into(
                 body, segment_views([s for s in segs if s[1]])
             ):
-                transport.count_failure("size_mismatch")
+                count_failure("size_mismatch")
                 return False
         except Exception as e:
-            _count(transport, e)
+            _count(count_failure, e)
             return False
         finally:
             body.close()

@@ -39,10 +39,11 @@ from contextlib import contextmanager
 from typing import Any, ClassVar, TypeVar
 
 from hicache_sdk import Capabilities, HiCacheError, Segments, Transport, TransportError
-from hicache_sdk.transport import Range
+from hicache_sdk.transport import Range, check_ranges
 
 from .client import IO_ERRORS, classify, describe, endpoint_label, make_client
 from .config import S3Config, attempts_within
+from .ranges import read_ranges_s3
 from .segio import SegmentReader, read_body_into, segment_views, total_size
 
 __all__ = ["S3Transport"]
@@ -250,9 +251,16 @@ class S3Transport(Transport):
 
     def read_ranges(self, key: str, ranges: Sequence[Range]) -> bool:
         """One ``HEAD``, then a ranged ``GET`` per range (:mod:`.ranges`)."""
-        from .ranges import read_ranges_s3
-
-        return read_ranges_s3(self, key, ranges)
+        if self._closed:
+            check_ranges(ranges)  # a malformed range is a ValueError, even when closed
+            return False
+        name = self._key(key)
+        return read_ranges_s3(
+            lambda: self._fast.head_object(Bucket=self.bucket, Key=name),
+            lambda span: self._xfer.get_object(Bucket=self.bucket, Key=name, Range=span),
+            self.count_failure,
+            ranges,
+        )
 
     def _conditional_supported(self) -> bool:
         with self._lock:
