@@ -9,8 +9,10 @@ over a Redis Cluster's masters.
   caller being one); results come back in key order. ``read`` and ``write`` on each master
   are those of a standalone server (:class:`.node_io.NodeIO`, one per master, over data
   connections of our own): the same read and write paths, ``write_window``,
-  ``parallel_connections`` (per master), ``max_command_bytes``, with one difference: an
-  ``MGET`` holds keys of one slot only (Cluster refuses a cross-slot ``MGET``). Round trips
+  ``max_command_bytes``, ``parallel_connections`` shared by the masters a batch spans
+  (each at least one: 4 over 3 masters is one connection each, 12 is four each), with one
+  difference: an ``MGET`` holds keys of one slot only (Cluster refuses a cross-slot
+  ``MGET``). Round trips
   are counted in :attr:`metrics`, one per node and batch. ``exists`` and ``delete`` go
   through each master's redis-py client, one write of commands each
   (:func:`.client.run_commands`).
@@ -170,11 +172,12 @@ class RedisClusterTransport(Transport):
         self,
         what: str,
         names: list[bytes],
-        part: Callable[[Node, list[int]], list[Any]],
+        part: Callable[[Node, list[int], int], list[Any]],
         failed: Any,
         redirect: Callable[[RedisCluster, int], Any] | None = None,
     ) -> list[Any]:
-        """Run ``part(node, indices)`` per owning master, concurrently, then ``redirect``
+        """Run ``part(node, indices, width)`` per owning master, concurrently (``width``: the
+        node's share of ``parallel_connections``, at least 1), then ``redirect``
         (through redis-py) each key a part answered with :data:`_REDIRECT`. A part that
         raises fails its keys (``failed``); all of them: :class:`TransportError`. A
         ``Cancelled`` part raises once every part has ended."""
@@ -196,9 +199,11 @@ class RedisClusterTransport(Transport):
         errors: list[TransportError] = []
         again: list[int] = []
 
+        width = max(1, self.config.parallel_connections // len(groups))
+
         def run(node: Node, idx: list[int]) -> None:
             try:
-                res = part(node, idx)
+                res = part(node, idx, width)
             except (TransportError, OSError, ReplyError, rex.RedisError) as e:
                 if isinstance(e, TransportError) and e.reason == "cancelled":
                     raise
@@ -244,7 +249,7 @@ class RedisClusterTransport(Transport):
             return []
         names = [self._prefix + k.encode() for k in keys]
 
-        def part(node: Node, idx: list[int]) -> list[Any]:
+        def part(node: Node, idx: list[int], _: int) -> list[Any]:
             got = run_commands(self._node_client(node), [("STRLEN", names[i]) for i in idx])
             return [_redirected(r, None) if isinstance(r, Exception) else r or None for r in got]
 
@@ -270,8 +275,8 @@ class RedisClusterTransport(Transport):
                 groups.setdefault(slots[i], []).append(i)
             return list(groups.values())
 
-        def part(node: Node, idx: list[int]) -> list[Any]:
-            self._node(node).read(idx, names, sizes, buffers, res, cancel, groups=by_slot)
+        def part(node: Node, idx: list[int], width: int) -> list[Any]:
+            self._node(node).read(idx, names, sizes, buffers, res, cancel, groups=by_slot, width=width)
             return [res[i] for i in idx]
 
         def redirect(rc: RedisCluster, i: int) -> bool:
@@ -304,8 +309,8 @@ class RedisClusterTransport(Transport):
         sizes = [sum(map(_nbytes, segs)) for segs in buffers]
         res: list[Any] = [False] * len(names)
 
-        def part(node: Node, idx: list[int]) -> list[Any]:
-            self._node(node).write(idx, names, sizes, buffers, self._ttl_ms, res, cancel)
+        def part(node: Node, idx: list[int], width: int) -> list[Any]:
+            self._node(node).write(idx, names, sizes, buffers, self._ttl_ms, res, cancel, width)
             return [res[i] for i in idx]
 
         def redirect(rc: RedisCluster, i: int) -> bool:
@@ -324,7 +329,7 @@ class RedisClusterTransport(Transport):
             return
         names = [self._prefix + k.encode() for k in keys]
 
-        def part(node: Node, idx: list[int]) -> list[Any]:
+        def part(node: Node, idx: list[int], _: int) -> list[Any]:
             got = run_commands(self._node_client(node), [("UNLINK", names[i]) for i in idx])
             return [_redirected(r) if isinstance(r, Exception) else True for r in got]
 

@@ -8,11 +8,12 @@ server's :class:`~.pool.Pool` and applies every setting of the payload path:
   most ``max_command_bytes`` (and keys of one group only per command: a cluster's slots);
 * ``write``: the write path (:func:`.writes.write_lanes`), ``write_window`` values of at
   least 32 KiB in flight per connection;
-* ``parallel_connections``: a batch of at least 4 MiB is split into that many contiguous
-  parts of about equal bytes, each on its own pooled connection, run concurrently (the
+* ``parallel_connections`` (``width``: this server's share of them, for a batch that spans
+  several): a batch of at least 4 MiB is split into that many contiguous parts of about
+  equal bytes, each on its own pooled connection, run concurrently (the
   caller's thread runs the first). Extra connections are only taken when free at once, so
   concurrent batches never wait for each other's. A smaller windowed write of several values
-  goes over up to ``parallel_connections`` connections driven from the caller's thread
+  goes over up to that many connections driven from the caller's thread
   (value ``i`` on connection ``i % k``): the server takes the next value from another
   connection while one reply is on its way, and no thread is woken.
 
@@ -138,9 +139,9 @@ class NodeIO:
         except Exception as e:
             raise transport_error(e, what, self.pool.where) from None
 
-    def _parts(self, sizes: Sequence[int]) -> int:
-        """How many connections a batch of values of ``sizes`` bytes is worth."""
-        return max(1, min(self.config.parallel_connections, len(sizes), sum(sizes) // PART_MIN))
+    def _parts(self, sizes: Sequence[int], width: int) -> int:
+        """How many of ``width`` connections a batch of values of ``sizes`` bytes is worth."""
+        return max(1, min(width, len(sizes), sum(sizes) // PART_MIN))
 
     def _concurrently(
         self,
@@ -180,11 +181,13 @@ class NodeIO:
         out: list[Any],
         cancel: CancelGuard | None,
         groups: Callable[[list[int]], list[list[int]]] | None = None,
+        width: int = 0,
     ) -> None:
         """Read the values ``idx`` (indices into ``names``, ``sizes``, ``buffers`` and
         ``out``): ``out[i]`` becomes True for a value received whole, False for a miss, or
         what ``refused`` makes of an error reply. ``groups(indices)``: the indices cut into
-        groups that may share a command (default: all of them)."""
+        groups that may share a command (default: all of them). ``width``: the most
+        connections to use at once (default ``parallel_connections``)."""
         if not idx:
             return
         limit = self.config.max_command_bytes
@@ -204,7 +207,9 @@ class NodeIO:
             self._concurrently(cs, idx, sizes, part, cancel)
             self.metrics.count("round_trips")
 
-        self._call("read", self._parts([sizes[i] for i in idx]), run)
+        self._call(
+            "read", self._parts([sizes[i] for i in idx], width or self.config.parallel_connections), run
+        )
 
     def write(
         self,
@@ -215,12 +220,13 @@ class NodeIO:
         ttl_ms: int,
         out: list[Any],
         cancel: CancelGuard | None,
+        width: int = 0,
     ) -> None:
         """Create-if-absent writes of the values ``idx`` (each key once: the caller removes
         duplicates, which over several connections could land in any order): ``out[i]``
         becomes True for a value written or already there, or what ``refused`` makes of an
         error reply. ``write_window`` applies when the largest value is at least
-        :data:`BIG_VALUE`."""
+        :data:`BIG_VALUE`. ``width``: as for :meth:`read`."""
         if not idx:
             return
         idx = list(idx)
@@ -250,8 +256,9 @@ class NodeIO:
                 write_lanes(lanes, heads, tail, buffers, window, out, cancel, refused=self._refusal)
             self.metrics.count("round_trips", trips(len(lanes[0][1])))
 
-        parts = self._parts(my_sizes)
-        wide = min(self.config.parallel_connections, len(idx))
+        width = width or self.config.parallel_connections
+        parts = self._parts(my_sizes, width)
+        wide = min(width, len(idx))
         if window and parts == 1 and wide > 1:
             self._call("write", wide, fan_out)
         else:
