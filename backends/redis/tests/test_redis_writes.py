@@ -309,3 +309,42 @@ def test_an_error_reply_reaches_refused_with_its_message(pair: tuple[Connection,
     assert out == [False] and [str(e) for e in seen] == [
         "READONLY You can't write against a read only replica."
     ]
+
+
+@pytest.mark.parametrize("window", [1, 2, 0])
+def test_lanes_driven_from_one_thread_each_resume_after_an_error_reply(window: int) -> None:
+    """Several connections driven from this thread (the Python engine): an error reply on
+    one lane fails that value only, and every lane still writes the rest of its values."""
+    lanes: list[tuple[Connection, list[int]]] = []
+    fars: list[socket.socket] = []
+    got: list[bytes] = []
+    n = 9
+    data = [bytes([65 + i]) * (40 << 10) for i in range(n)]
+
+    def answer(args: list[bytes]) -> bytes:
+        got.append(args[1])
+        return b"-OOM not now\r\n" if args[1] in (b"k1", b"k4") else b":1\r\n"
+
+    try:
+        for j in range(3):
+            a, far = socket.socketpair()
+            fars.append(far)
+            Peer(far, answer)
+            lanes.append((Connection(a, timeout_s=5.0), list(range(j, n, 3))))
+        values = Values(data)
+        heads, tail = frames([b"k%d" % i for i in range(n)], [len(d) for d in data], 0, window)
+        out: list[object] = [None] * n
+        seen: list[str] = []
+        write_lanes(
+            lanes, heads, tail, values.segments, window, out, None,
+            refused=lambda c, e: seen.append(str(e)) or "refused",
+        )  # fmt: skip
+        assert out == ["refused" if i in (1, 4) else True for i in range(n)]
+        assert seen == ["OOM not now"] * 2
+        assert sorted(got) == sorted(b"k%d" % i for i in range(n))
+        assert not any(c.broken for c, _ in lanes)
+    finally:
+        for c, _ in lanes:
+            c.close()
+        for far in fars:
+            far.close()
