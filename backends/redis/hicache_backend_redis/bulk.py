@@ -1,4 +1,4 @@
-"""Bulk replies received straight into page memory (:meth:`.resp.Connection.read_bulk_into`).
+"""Bulk replies received straight into page memory (:func:`read_bulk_into`), the Python reader.
 
 What is already buffered is copied first; on a plain socket the rest of the value and its
 CRLF are then one blocking ``MSG_WAITALL`` ``recvmsg_into`` over every segment at once (one
@@ -13,14 +13,11 @@ import select
 import socket
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from hicache_sdk.kit.segments import memoryviews as views_of
 
 from .frames import CRLF, DIRECT_MIN, HEADER_RECV, RECV, CancelGuard, ProtocolError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .resp import Connection
+from .resp import Connection
 
 __all__ = ["read_bulk_into"]
 
@@ -42,15 +39,15 @@ def read_bulk_into(
         return None
     deadline = time.monotonic() + c.timeout_s
     if n != want:
-        c._drain(n + 2, deadline)
+        c.drain(n + 2, deadline)
         return False
     try:
-        views = _buffered_into(c, views_of(segments), cancel)
-        if views and c.blocking and (cancel is None or c._interruptible):
+        views = c.buffered_into(views_of(segments), cancel)
+        if views and c.blocking and (cancel is None or c.interruptible):
             tail = _scatter_into(c, views, deadline, cancel)
         else:
             _into(c, views, deadline, cancel)
-            tail = c._take(2, deadline, HEADER_RECV if small else RECV)
+            tail = c.take(2, deadline, HEADER_RECV if small else RECV)
     except BaseException:  # Cancelled, a reset, a timeout: the reply is cut short
         c.broken = True
         raise
@@ -58,28 +55,6 @@ def read_bulk_into(
         c.broken = True
         raise ProtocolError("redis: bulk reply not terminated by CRLF")
     return True
-
-
-def _buffered_into(c: Connection, views: list[memoryview], cancel: CancelGuard | None) -> list[memoryview]:
-    """Copy what is already buffered into the first ``views``; return what is left."""
-    have = c._end - c._start
-    if not have:
-        return views
-    left: list[memoryview] = []
-    for view in views:
-        k = min(have, len(view))
-        if k:
-            src = c._view[c._start : c._start + k]
-            if cancel is None:
-                view[:k] = src
-            else:
-                with cancel.guard():
-                    view[:k] = src
-            c._start += k
-            have -= k
-        if k < len(view):
-            left.append(view[k:])
-    return left
 
 
 def _scatter_into(
@@ -98,7 +73,7 @@ def _scatter_into(
                 with cancel.guard():
                     k = c.sock.recvmsg_into(iov, 0, socket.MSG_WAITALL)[0]
         except BlockingIOError:  # SO_RCVTIMEO passed with nothing received
-            c._wait(select.POLLIN, deadline)
+            c.wait(select.POLLIN, deadline)
             continue
         except OSError as e:
             c.lost(e)
@@ -115,19 +90,19 @@ def _scatter_into(
 
 def _into(c: Connection, views: list[memoryview], deadline: float, cancel: CancelGuard | None) -> None:
     """Receive the rest of a value straight into ``views`` (the private buffer is empty:
-    :func:`_buffered_into` ran first), one receive at a time (TLS, or no interrupter)."""
+    :meth:`.resp.Connection.buffered_into` ran first), one receive at a time (TLS, or no interrupter)."""
     for view in views:
         pos = 0
         size = len(view)
         while pos < size:
             if cancel is None:
-                k = c._recv_into(view[pos:], deadline, whole=True)
+                k = c.recv_into(view[pos:], deadline, whole=True)
             else:
                 # The receive under the guard cannot block (or its interrupter ends it);
                 # when nothing is ready, wait outside it (cancel() must never wait on a
                 # poll) and try again.
                 with cancel.guard():
-                    k = c._recv_once(view[pos:])
+                    k = c.recv_once(view[pos:])
                 if k == 0 and not (c.tls and c.sock.pending()):  # type: ignore[attr-defined]
-                    c._wait(select.POLLIN, deadline)
+                    c.wait(select.POLLIN, deadline)
             pos += k

@@ -6,11 +6,16 @@ over a Redis Cluster's masters.
   commands meet ``MOVED``. The client is made at construction when the cluster answers,
   else at the first call that reaches it.
 * A batch is split per owning master; the parts run concurrently (one thread per node, the
-  caller being one); results come back in key order. ``read`` and ``write`` go over data
-  connections of our own to each master (streamed ``MGET`` grouped by slot, since Cluster
-  refuses a cross-slot ``MGET``; pipelined ``SET NX``), so :attr:`round_trips` counts one
-  per node. ``exists`` and ``delete`` go through each master's redis-py client, one write
-  of commands each (:func:`.client.run_commands`).
+  caller being one); results come back in key order. ``read`` and ``write`` on each master
+  are those of a standalone server (:class:`.node_io.NodeIO`, one per master, over data
+  connections of our own): the same read and write paths, ``write_window``,
+  ``max_command_bytes``, ``parallel_connections`` shared by the masters a batch spans
+  (each at least one: 4 over 3 masters is one connection each, 12 is four each), with one
+  difference: an ``MGET`` holds keys of one slot only (Cluster refuses a cross-slot
+  ``MGET``). Round trips
+  are counted in :attr:`metrics`, one per node and batch. ``exists`` and ``delete`` go
+  through each master's redis-py client, one write of commands each
+  (:func:`.client.run_commands`).
 * A key answered with ``MOVED`` or ``ASK`` (a slot moving or moved) is retried once through
   redis-py's cluster client, which follows the redirect (``ASKING`` included) and, on
   ``MOVED``, refreshes its slot map; the next batch goes to the new owner. The value goes
@@ -37,17 +42,17 @@ import redis.exceptions as rex
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
-from hicache_sdk import ConfigError, Segments, TransportError
+from hicache_sdk import Capabilities, ConfigError, Segments, Transport, TransportError
 from hicache_sdk.kit.segments import memoryviews
+from hicache_sdk.metrics import Metrics
 
 from .checks import check_data_connection, check_rights
-from .client import closing, redis_kwargs, run_commands, transport_error
+from .client import IO_ERRORS, closing, redis_kwargs, run_commands, transport_error
 from .config import RedisConfig, redact_url
-from .frames import set_nx_suffix
-from .mget import chunk_keys, stream_mget
+from .frames import CancelGuard, ReplyError
+from .node_io import LazyExecutor, NodeIO, run_together
 from .pool import Pool, where
-from .redis_transport import RedisTransport, clear_matching, glob_escape, run_together, same
-from .resp import CancelGuard, ReplyError, views_of
+from .redis_transport import RedisTransport, Settings, clear_matching, glob_escape, write_once
 
 __all__ = ["RedisClusterTransport"]
 
@@ -60,15 +65,22 @@ _REFRESH_EVERY_S = 1.0
 _REDIS_MAJOR = int(redis.__version__.split(".")[0])
 
 
-class RedisClusterTransport(RedisTransport):
+class RedisClusterTransport(Transport):
     """A :class:`~hicache_sdk.Transport` over a Redis Cluster (see the module docs)."""
 
+    capabilities: ClassVar[Capabilities] = RedisTransport.capabilities
     #: Every part's receives into and sends from caller memory run under the cancel
-    #: token's guard (a lane per worker thread), with the connection watching the token.
+    #: token's guard, with the connection watching the token.
     cancellable: ClassVar[bool] = True
+    io_errors: ClassVar[tuple[type[BaseException], ...]] = IO_ERRORS
 
     def __init__(self, config: RedisConfig) -> None:
-        ep = self._settings(config)
+        own = Settings(config)
+        self.config, self.endpoint, self._prefix = config, own.endpoint, own.prefix
+        self._ctx, self._ttl_ms = own.ctx, own.ttl_ms
+        ep = own.endpoint
+        #: Counters of the payload path (``"round_trips"``: one per node and batch).
+        self.metrics = Metrics()
         if ep.unix_path or ep.db or ep.sentinels:
             raise ConfigError("url: a cluster needs a redis:// or rediss:// url with database 0")
         self._seeds: list[Node] = [(ep.host, ep.port)]
@@ -79,12 +91,14 @@ class RedisClusterTransport(RedisTransport):
             self._seeds.append((host, int(port)))
         self._lock = threading.Lock()
         self._cluster: RedisCluster | None = None
-        self._pools: dict[Node, Pool] = {}
+        self._nodes: dict[Node, NodeIO] = {}
         self._refreshed = 0.0
         self._closed = False
         self._workers = ThreadPoolExecutor(max_workers=16, thread_name_prefix="hicache-redis-cluster")
+        #: The extra parts of a node's large batch (``parallel_connections``).
+        self._executor = LazyExecutor(max(16, config.pool_size), "hicache-redis-part")
         try:
-            if check_data_connection(self._node_pool(self._seeds[0]), config):
+            if check_data_connection(self._node(self._seeds[0]).pool, config):
                 check_rights(ep, config, self._prefix, cluster=True)
                 self._cluster = self._new_cluster()
         except rex.NoPermissionError as e:
@@ -144,28 +158,26 @@ class RedisClusterTransport(RedisTransport):
         except Exception as e:
             log.debug("redis cluster: slot map refresh failed: %s", type(e).__name__)
 
-    def _node_pool(self, node: Node) -> Pool:
+    def _node(self, node: Node) -> NodeIO:
+        """The payload machinery of one master (made on first use)."""
         with self._lock:
-            p = self._pools.get(node)
-            if p is None:
-                p = self._pools[node] = Pool(partial(same, node), self.endpoint, self.config, self._ctx)
-            return p
-
-    @property
-    def round_trips(self) -> int:
-        with self._lock:
-            return sum(p.round_trips for p in self._pools.values())
+            io = self._nodes.get(node)
+            if io is None:
+                pool = Pool(lambda: node, self.endpoint, self.config, self._ctx)
+                io = self._nodes[node] = NodeIO(pool, self.config, self.metrics, self._executor, _redirected)
+            return io
 
     # -- the one place parts, concurrency and redirects are handled --------------------------
     def _execute(
         self,
         what: str,
         names: list[bytes],
-        part: Callable[[Node, list[int]], list[Any]],
+        part: Callable[[Node, list[int], int], list[Any]],
         failed: Any,
         redirect: Callable[[RedisCluster, int], Any] | None = None,
     ) -> list[Any]:
-        """Run ``part(node, indices)`` per owning master, concurrently, then ``redirect``
+        """Run ``part(node, indices, width)`` per owning master, concurrently (``width``: the
+        node's share of ``parallel_connections``, at least 1), then ``redirect``
         (through redis-py) each key a part answered with :data:`_REDIRECT`. A part that
         raises fails its keys (``failed``); all of them: :class:`TransportError`. A
         ``Cancelled`` part raises once every part has ended."""
@@ -187,9 +199,11 @@ class RedisClusterTransport(RedisTransport):
         errors: list[TransportError] = []
         again: list[int] = []
 
+        width = max(1, self.config.parallel_connections // len(groups))
+
         def run(node: Node, idx: list[int]) -> None:
             try:
-                res = part(node, idx)
+                res = part(node, idx, width)
             except (TransportError, OSError, ReplyError, rex.RedisError) as e:
                 if isinstance(e, TransportError) and e.reason == "cancelled":
                     raise
@@ -235,7 +249,7 @@ class RedisClusterTransport(RedisTransport):
             return []
         names = [self._prefix + k.encode() for k in keys]
 
-        def part(node: Node, idx: list[int]) -> list[Any]:
+        def part(node: Node, idx: list[int], _: int) -> list[Any]:
             got = run_commands(self._node_client(node), [("STRLEN", names[i]) for i in idx])
             return [_redirected(r, None) if isinstance(r, Exception) else r or None for r in got]
 
@@ -252,26 +266,18 @@ class RedisClusterTransport(RedisTransport):
         names = [self._prefix + k.encode() for k in keys]
         sizes = [sum(map(_nbytes, segs)) for segs in buffers]
 
-        def part(node: Node, idx: list[int]) -> list[Any]:
-            # j: position in this part; MGETs group keys of one slot (Cluster refuses others)
-            by_slot: dict[int, list[int]] = {}
-            for j, i in enumerate(idx):
-                by_slot.setdefault(key_slot(names[i]), []).append(j)
-            res: list[Any] = [False] * len(idx)
+        slots = [key_slot(n) for n in names]
+        res: list[Any] = [False] * len(names)
 
-            def refused(ch: Sequence[int], e: ReplyError) -> None:
-                r = _redirected(e)
-                for j in ch:
-                    res[j] = r
+        def by_slot(idx: list[int]) -> list[list[int]]:
+            groups: dict[int, list[int]] = {}
+            for i in idx:
+                groups.setdefault(slots[i], []).append(i)
+            return list(groups.values())
 
-            my_sizes = [sizes[i] for i in idx]
-            chunks = chunk_keys(list(by_slot.values()), my_sizes, self.config.max_command_bytes)
-            with self._node_pool(node).connection() as c, c.watch(cancel):
-                stream_mget(
-                    c, [names[i] for i in idx], my_sizes, [buffers[i] for i in idx], chunks, res, cancel,
-                    refused=refused,
-                )  # fmt: skip
-            return res
+        def part(node: Node, idx: list[int], width: int) -> list[Any]:
+            self._node(node).read(idx, names, sizes, buffers, res, cancel, groups=by_slot, width=width)
+            return [res[i] for i in idx]
 
         def redirect(rc: RedisCluster, i: int) -> bool:
             value = rc.get(names[i])
@@ -294,28 +300,18 @@ class RedisClusterTransport(RedisTransport):
     ) -> list[bool]:
         if not keys:
             return []
-        names = [self._prefix + k.encode() for k in keys]
-        tail, nargs = set_nx_suffix(self._ttl_ms)
+        return write_once(keys, buffers, partial(self._write_distinct, cancel=cancel))
 
-        def part(node: Node, idx: list[int]) -> list[Any]:
-            parts: list[bytes | memoryview] = []
-            for i in idx:
-                n = sum(s for _, s in buffers[i])
-                parts.append(
-                    b"*%d\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (nargs, len(names[i]), names[i], n)
-                )
-                parts.extend(views_of(buffers[i]))
-                parts.append(tail)
-            res: list[Any] = []
-            with self._node_pool(node).connection() as c, c.watch(cancel):
-                c.send(parts, cancel=cancel)
-                for _ in idx:
-                    try:
-                        c.reply()  # OK, or nil when the key already existed (NX)
-                        res.append(True)
-                    except ReplyError as e:
-                        res.append(_redirected(e))
-            return res
+    def _write_distinct(
+        self, keys: Sequence[str], buffers: Sequence[Segments], cancel: CancelGuard | None
+    ) -> list[bool]:
+        names = [self._prefix + k.encode() for k in keys]
+        sizes = [sum(map(_nbytes, segs)) for segs in buffers]
+        res: list[Any] = [False] * len(names)
+
+        def part(node: Node, idx: list[int], width: int) -> list[Any]:
+            self._node(node).write(idx, names, sizes, buffers, self._ttl_ms, res, cancel, width)
+            return [res[i] for i in idx]
 
         def redirect(rc: RedisCluster, i: int) -> bool:
             if cancel is None:
@@ -333,7 +329,7 @@ class RedisClusterTransport(RedisTransport):
             return
         names = [self._prefix + k.encode() for k in keys]
 
-        def part(node: Node, idx: list[int]) -> list[Any]:
+        def part(node: Node, idx: list[int], _: int) -> list[Any]:
             got = run_commands(self._node_client(node), [("UNLINK", names[i]) for i in idx])
             return [_redirected(r) if isinstance(r, Exception) else True for r in got]
 
@@ -374,15 +370,14 @@ class RedisClusterTransport(RedisTransport):
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            pools = list(self._pools.values())
+            nodes = list(self._nodes.values())
             rc, self._cluster = self._cluster, None
-        for p in pools:
-            p.close()
+        for io in nodes:
+            io.close()
         if rc is not None:
             closing(rc)
         self._workers.shutdown(wait=False)
-        if self._executor is not None:
-            self._executor.shutdown(wait=False)
+        self._executor.shutdown()
 
     def __repr__(self) -> str:
         return f"RedisClusterTransport(url={redact_url(self.config.url)!r}, key_prefix={self.config.key_prefix!r})"

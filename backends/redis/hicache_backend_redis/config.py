@@ -84,9 +84,12 @@ class RedisConfig(BackendConfig):
     * ``tls_ca_file``: the CA that signed the server's certificate (``rediss://`` needs it).
     * ``tls_cert_file`` / ``tls_key_file``: a client certificate, when the server asks for
       one (both or neither).
-    * ``cluster``: the URL names a node of a Redis Cluster.
+    * ``cluster``: the URL names a node of a Redis Cluster. Every setting above applies to
+      each master as to a standalone server (``pool_size`` per master; a batch's masters
+      share ``parallel_connections``, each at least one); the URL must be ``redis://`` or
+      ``rediss://`` with database 0.
     * ``startup_nodes``: more cluster nodes (``"host:port"``) to learn the topology from
-      (a JSON list, or comma-separated in the environment).
+      (a JSON list, or comma-separated in the environment); only with ``cluster``.
     """
 
     env_prefix: ClassVar[str] = "redis"

@@ -8,10 +8,22 @@ caller's memory without a copy.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-__all__ = ["CRLF", "CancelGuard", "ProtocolError", "ReplyError", "command", "set_nx_frame", "set_nx_suffix"]
+__all__ = [
+    "ABSENT",
+    "CRLF",
+    "HIT",
+    "MISMATCH",
+    "CancelGuard",
+    "ProtocolError",
+    "ReplyError",
+    "command",
+    "set_nx_frame",
+    "set_nx_suffix",
+    "write_frames",
+]
 
 #: A RESP line ending.
 CRLF = b"\r\n"
@@ -21,6 +33,10 @@ RECV = 1 << 16
 #: through a receive of at most ``HEADER_RECV`` bytes.
 DIRECT_MIN = 16 << 10
 HEADER_RECV = 64
+#: What became of one value of a read or write (a byte per value, the compiled reader's
+#: codes too; 0: refused with an error reply): received whole / written or already there,
+#: a null bulk (absent), a bulk of another size (drained).
+HIT, ABSENT, MISMATCH = 1, 2, 3
 
 
 class ReplyError(Exception):
@@ -67,3 +83,12 @@ def set_nx_frame(name: bytes, nbytes: int, ttl_ms: int, value_last: bool) -> tup
         return b"*3\r\n$5\r\nSETNX\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, nbytes), CRLF
     tail, nargs = set_nx_suffix(ttl_ms)
     return b"*%d\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (nargs, len(name), name, nbytes), tail
+
+
+def write_frames(
+    names: Sequence[bytes], sizes: Sequence[int], ttl_ms: int, window: int
+) -> tuple[list[bytes], bytes]:
+    """The bytes before each value (``SETNX`` when ``window`` and no TTL, else ``SET ... NX``)
+    and the bytes after every value: the frames of every create-if-absent write."""
+    tail = set_nx_frame(b"", 0, ttl_ms, window > 0)[1]
+    return [set_nx_frame(n, s, ttl_ms, window > 0)[0] for n, s in zip(names, sizes)], tail

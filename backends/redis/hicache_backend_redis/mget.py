@@ -1,4 +1,10 @@
-"""Streamed ``MGET`` reads: bounded commands, a small window of them in flight.
+"""The read path: streamed ``MGET`` reads, bounded commands, a small window of them in flight.
+
+:func:`stream_mget` is the one way a page is read, on a standalone server, a sentinel's
+master and every master of a cluster. Its inner loop runs on the compiled engine
+(:func:`.native.stream`) where it may, else on :func:`stream_python`; both follow the policy
+below, take and return the same state and stop at an error reply, which
+:func:`stream_mget` handles.
 
 A batch's keys are cut into ``MGET`` commands of at most ``min(max_command_bytes,
 STREAM_CHUNK)`` expected value bytes (a value larger than that gets a command of its own;
@@ -22,15 +28,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from itertools import accumulate, pairwise
 from typing import Any
 
 from hicache_sdk.kit.segments import Segments
 
-from . import native_mget
-from .frames import CancelGuard, ProtocolError, ReplyError, command
+from . import native
+from .bulk import read_bulk_into
+from .frames import ABSENT, HIT, MISMATCH, CancelGuard, ProtocolError, ReplyError, command
 from .resp import Connection
 
-__all__ = ["AHEAD", "LOW_WATER", "ONE_AT_A_TIME", "PIPELINED", "STREAM_CHUNK", "chunk_keys", "stream_mget"]
+__all__ = [
+    "AHEAD",
+    "LOW_WATER",
+    "ONE_AT_A_TIME",
+    "PIPELINED",
+    "STREAM_CHUNK",
+    "chunk_keys",
+    "stream_mget",
+    "stream_python",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,45 +100,77 @@ def stream_mget(
     out: list[Any],
     cancel: CancelGuard | None = None,
     *,
-    counted: bool = True,
     refused: Callable[[Sequence[int], ReplyError], None] | None = None,
     policy: tuple[int, int, int] = PIPELINED,
 ) -> None:
-    """Read the ``chunks`` (lists of indices into ``names``) with streamed ``MGET`` commands
-    on ``c``; ``out[i]`` becomes True for each value received whole into ``buffers[i]``
-    (False for a miss or a size mismatch). Every touch of ``buffers`` runs under
-    ``cancel``'s guard. A command refused with an error reply (``NOPERM``,
-    ``MOVED``) leaves its keys False and is passed to ``refused``. ``counted``: the
-    first flush is a round trip of this connection (refills never are). ``policy``: the
-    refill policy, :data:`PIPELINED` or :data:`ONE_AT_A_TIME`. On a plain socket with the
-    compiled reader built, the replies are read by it (:mod:`.native_mget`)."""
-    if native_mget.usable(c, cancel):
-        native_mget.stream(c, names, buffers, chunks, out, cancel, policy, counted=counted, refused=refused)
-        return
-    weights = [sum(sizes[i] for i in ch) for ch in chunks]
+    """The read path: read the ``chunks`` (lists of indices into ``names``) with streamed
+    ``MGET`` commands on ``c``; ``out[i]`` becomes True for each value received whole into
+    ``buffers[i]`` (False for a miss or a size mismatch). Every touch of ``buffers`` runs
+    under ``cancel``'s guard. A command refused with an error reply (``NOPERM``,
+    ``MOVED``) leaves its keys as they were in ``out`` and is passed to ``refused``.
+    ``policy``: the refill policy, :data:`PIPELINED` or :data:`ONE_AT_A_TIME`.
+
+    The replies are read by the compiled engine (:func:`.native.stream`) where it may run,
+    else by :func:`stream_python`: both take and return the same state, and stop at an
+    error reply, handled here."""
+    order = [i for ch in chunks for i in ch]
+    keys = [names[i] for i in order]
+    values = [buffers[i] for i in order]
+    counts = [len(ch) for ch in chunks]
+    results = bytearray(len(order))
+    engine = native.stream if native.usable(c, cancel) else stream_python
+    state = (0, 0, 0)
+    while state[0] < len(chunks):
+        state, refusal = engine(c, keys, counts, values, results, state, policy, cancel)
+        if refusal is not None:
+            log.debug("redis MGET refused: %s", refusal)
+            if refused is not None:
+                refused(chunks[state[0] - 1], refusal)
+    for i, r in zip(order, results):
+        if r:  # 0: the reply was refused (``refused`` has set ``out``)
+            out[i] = r == HIT
+
+
+def stream_python(
+    c: Connection,
+    keys: Sequence[bytes],
+    counts: Sequence[int],
+    values: Sequence[Segments],
+    results: bytearray,
+    state: tuple[int, int, int],
+    policy: tuple[int, int, int],
+    cancel: CancelGuard | None,
+) -> tuple[tuple[int, int, int], ReplyError | None]:
+    """The Python engine of :func:`stream_mget`: ``counts[r]`` keys per command, ``values``
+    in the same order; ``results`` gets :data:`.frames.HIT`, ``ABSENT`` or ``MISMATCH`` per
+    value. ``state``: ``(reply, sent, ahead)``, replies read, commands sent and value bytes
+    requested but not read; returns the state where the run stops (every reply read, or
+    just after an error reply, returned with it) and the error."""
     ahead_max, low_water, min_in_flight = policy
-    sent = ahead = 0
-    for n, ch in enumerate(chunks):
+    starts = list(accumulate(counts, initial=0))
+    weights = [sum(sum(s for _, s in values[v]) for v in range(a, b)) for a, b in pairwise(starts)]
+    reply, sent, ahead = state
+    while reply < len(counts):
         cmds: list[bytes | memoryview] = []
         # Refill when the queue ran low, then up to AHEAD: a send wakes the server (on a
         # busy machine a context switch), so refills come a few commands at a time.
-        refill = sent == n or ahead < low_water
-        while refill and sent < len(chunks) and (sent - n < min_in_flight or ahead < ahead_max):
-            cmds.append(command("MGET", *(names[i] for i in chunks[sent])))
+        refill = sent == reply or ahead < low_water
+        while refill and sent < len(counts) and (sent - reply < min_in_flight or ahead < ahead_max):
+            cmds.append(command("MGET", *keys[starts[sent] : starts[sent + 1]]))
             ahead += weights[sent]
             sent += 1
         if cmds:
-            c.send(cmds, counted=counted and n == 0)
-        ahead -= weights[n]
+            c.send(cmds)
+        ahead -= weights[reply]
         try:
             kind, count = c.header(small=True)
         except ReplyError as e:
-            log.debug("redis MGET refused: %s", e)
-            if refused is not None:
-                refused(ch, e)
-            continue
-        if kind != 0x2A or count != len(ch):
+            return (reply + 1, sent, ahead), e
+        if kind != 0x2A or count != counts[reply]:
             c.broken = True
             raise ProtocolError("redis: MGET reply of the wrong shape")
-        for i in ch:
-            out[i] = c.read_bulk_into(buffers[i], cancel) is True
+        for v in range(starts[reply], starts[reply + 1]):
+            got = read_bulk_into(c, values[v], cancel)
+            results[v] = HIT if got else ABSENT if got is None else MISMATCH
+        reply += 1
+    return (reply, sent, ahead), None

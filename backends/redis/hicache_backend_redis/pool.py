@@ -154,7 +154,7 @@ def dial(address: Address, ep: Endpoint, cfg: RedisConfig, ctx: ssl.SSLContext |
         if ep.db:
             hello.append(("SELECT", command("SELECT", ep.db)))
         if hello:
-            conn.send([c for _, c in hello], counted=False)
+            conn.send([c for _, c in hello])
             for what, _ in hello:
                 try:
                     conn.reply()
@@ -192,14 +192,6 @@ class Pool:
         self._count = 0
         self._cond = threading.Condition()
         self._closed = False
-        #: Round trips of connections already closed (see :attr:`round_trips`).
-        self._retired_trips = 0
-
-    @property
-    def round_trips(self) -> int:
-        """Request flushes that waited for replies, over every connection ever opened."""
-        with self._cond:
-            return self._retired_trips + sum(c.round_trips for c in self._idle)
 
     def dial(self) -> Connection:
         address = self.resolve()
@@ -231,7 +223,6 @@ class Pool:
             if conn is None or conn.broken or self._closed:
                 self._count -= 1
                 if conn is not None:
-                    self._retired_trips += conn.round_trips
                     conn.close()
             else:
                 self._idle.append(conn)
@@ -274,7 +265,6 @@ class Pool:
         """Close every idle connection (the master moved: they point at a replica now)."""
         with self._cond:
             for c in self._idle:
-                self._retired_trips += c.round_trips
                 c.close()
             self._count -= len(self._idle)
             self._idle.clear()

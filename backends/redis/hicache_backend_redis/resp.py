@@ -5,7 +5,7 @@ replies; ``AUTH`` / ``SELECT`` when it is opened, see :mod:`.pool`); every other
 through redis-py. :class:`Connection` owns one socket (TCP, Unix or TLS). Requests are written with
 ``sendmsg`` (or ``sendall`` over TLS) from a list of buffers, so page bytes are sent from
 the caller's memory without a copy. Replies are parsed from a small private buffer, except
-bulk values read *into* segments: :meth:`Connection.read_bulk_into` copies what is already
+bulk values read *into* segments: :func:`.bulk.read_bulk_into` copies what is already
 buffered (at most one receive buffer) and ``recv_into``s the rest straight into the
 segments' memory.
 
@@ -46,7 +46,6 @@ from typing import Any, NoReturn
 from hicache_sdk.errors import Cancelled
 from hicache_sdk.kit.segments import memoryviews as views_of
 
-from . import bulk
 from .frames import CRLF, HEADER_RECV, RECV, CancelGuard, ProtocolError, ReplyError, command
 
 __all__ = ["CancelGuard", "Connection", "ProtocolError", "ReplyError", "command", "views_of"]
@@ -79,8 +78,6 @@ class Connection:
         self._start = 0
         self._end = 0
         self.broken = False
-        #: Request flushes followed by a wait for replies (the round trips of this connection).
-        self.round_trips = 0
         #: The cancel token of the call using this connection, if any: every wait for the
         #: socket (reply headers included) polls in slices and stops once it is cancelled.
         self.cancel: CancelGuard | None = None
@@ -124,18 +121,9 @@ class Connection:
             self.sock.shutdown(socket.SHUT_RDWR)
 
     # -- writing -------------------------------------------------------------------------
-    def send(
-        self,
-        parts: Sequence[bytes | memoryview],
-        counted: bool = True,
-        cancel: CancelGuard | None = None,
-    ) -> None:
-        """Write every part, in order, without copying large parts. ``counted``: this flush
-        waits for replies with nothing else in flight, a round trip (a refill sent while
-        earlier replies still arrive, or a part sent alongside the batch's first, is not).
-        With ``cancel``, each send (which may read caller memory) runs under its guard."""
-        if counted:
-            self.round_trips += 1
+    def send(self, parts: Sequence[bytes | memoryview], cancel: CancelGuard | None = None) -> None:
+        """Write every part, in order, without copying large parts. With ``cancel``, each
+        send (which may read caller memory) runs under its guard."""
         deadline = time.monotonic() + self.timeout_s
         pending = [memoryview(p).cast("B") for p in parts if len(p)]
         i = 0
@@ -148,7 +136,7 @@ class Connection:
                     with cancel.guard():
                         n = self._send_some(pending, i)
             except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-                self._wait(select.POLLOUT, deadline)
+                self.wait(select.POLLOUT, deadline)
                 continue
             except OSError as e:
                 self.lost(e)
@@ -170,7 +158,7 @@ class Connection:
         return self.sock.sendmsg(pending[i : i + 512], [], flags)
 
     # -- reading -------------------------------------------------------------------------
-    def _wait(self, events: int, deadline: float) -> None:
+    def wait(self, events: int, deadline: float) -> None:
         """Wait until the socket is ready for ``events``; ``TimeoutError`` at ``deadline``.
         With a :attr:`cancel` token, poll in short slices and raise (from its guard) once
         it is cancelled."""
@@ -196,7 +184,7 @@ class Connection:
                     self.broken = True
                     raise
 
-    def _recv_into(self, view: memoryview, deadline: float, whole: bool = False) -> int:
+    def recv_into(self, view: memoryview, deadline: float, whole: bool = False) -> int:
         """Receive into ``view``: at least one byte; all of it when ``whole`` and the
         socket is blocking with no cancel token (``MSG_WAITALL``)."""
         if self.tls:
@@ -209,7 +197,7 @@ class Connection:
             try:
                 n = self.sock.recv_into(view, 0, flags) if flags else self.sock.recv_into(view)
             except (BlockingIOError, ssl.SSLWantReadError):
-                self._wait(select.POLLIN, deadline)
+                self.wait(select.POLLIN, deadline)
                 continue
             except OSError as e:
                 self.lost(e)
@@ -217,7 +205,7 @@ class Connection:
                 self.lost(None)
             return n
 
-    def _recv_once(self, view: memoryview) -> int:
+    def recv_once(self, view: memoryview) -> int:
         """One receive under a guard: 0 when no byte is ready (or, interruptible, none came
         within ``SO_RCVTIMEO``); interruptible, a blocking ``MSG_WAITALL`` receive, else one
         that cannot block."""
@@ -256,7 +244,7 @@ class Connection:
             rest = self._end - self._start
             self._buf[:rest] = self._buf[self._start : self._end]
             self._start, self._end = 0, rest
-        self._end += self._recv_into(self._view[self._end : self._end + limit], deadline)
+        self._end += self.recv_into(self._view[self._end : self._end + limit], deadline)
 
     def _line(self, deadline: float, limit: int = RECV) -> bytes:
         while True:
@@ -267,7 +255,7 @@ class Connection:
                 return line
             self._fill(deadline, limit)
 
-    def _take(self, n: int, deadline: float, limit: int = RECV) -> bytes:
+    def take(self, n: int, deadline: float, limit: int = RECV) -> bytes:
         while self._end - self._start < n:
             self._fill(deadline, limit)
         out = bytes(self._buf[self._start : self._start + n])
@@ -307,24 +295,66 @@ class Connection:
         if kind == 0x24:
             if n < 0:
                 return None
-            data = self._take(n + 2, time.monotonic() + self.timeout_s)
+            data = self.take(n + 2, time.monotonic() + self.timeout_s)
             return data[:-2]
         self.broken = True
         raise ProtocolError("redis: unexpected array reply")
 
-    def read_bulk_into(
-        self, segments: Sequence[tuple[int, int]], cancel: CancelGuard | None = None
-    ) -> bool | None:
-        """Read one bulk reply into ``segments`` (see :func:`.bulk.read_bulk_into`)."""
-        return bulk.read_bulk_into(self, segments, cancel)
+    # -- the receive buffer, for readers of bulk values (:mod:`.bulk`, :mod:`.native`) -----
+    @property
+    def interruptible(self) -> bool:
+        """Whether calls under :attr:`cancel` may block (its interrupter ends them)."""
+        return self._interruptible
 
-    def _drain(self, n: int, deadline: float) -> None:
+    def may_block(self, cancel: CancelGuard | None) -> bool:
+        """Whether a receive into caller memory under ``cancel`` may be one blocking call:
+        a plain socket, with no token or one this connection watches (:meth:`watch`)."""
+        return self.blocking and (cancel is None or (self._interruptible and self.cancel is cancel))
+
+    def buffered(self) -> memoryview:
+        """The bytes received and not parsed yet (a view: valid until the next receive)."""
+        return self._view[self._start : self._end]
+
+    def put_back(self, data: bytes) -> None:
+        """Make ``data`` (at most the receive buffer's size) the unparsed bytes, replacing
+        what :meth:`buffered` held: what a reader outside this class received past the last
+        reply it parsed."""
+        if len(data) > len(self._buf):
+            self.broken = True
+            raise ProtocolError("redis: more bytes put back than the receive buffer holds")
+        self._buf[: len(data)] = data
+        self._start, self._end = 0, len(data)
+
+    def buffered_into(self, views: list[memoryview], cancel: CancelGuard | None) -> list[memoryview]:
+        """Copy what is buffered into the first ``views`` (under ``cancel``'s guard); return
+        the views, or the parts of them, still to be filled."""
+        have = self._end - self._start
+        if not have:
+            return views
+        left: list[memoryview] = []
+        for view in views:
+            k = min(have, len(view))
+            if k:
+                src = self._view[self._start : self._start + k]
+                if cancel is None:
+                    view[:k] = src
+                else:
+                    with cancel.guard():
+                        view[:k] = src
+                self._start += k
+                have -= k
+            if k < len(view):
+                left.append(view[k:])
+        return left
+
+    def drain(self, n: int, deadline: float) -> None:
+        """Receive and drop ``n`` bytes (a value nobody wants)."""
         have = min(n, self._end - self._start)
         self._start += have
         n -= have
         scratch = memoryview(_SCRATCH)
         while n:
-            n -= self._recv_into(scratch[: min(n, len(scratch))], deadline)
+            n -= self.recv_into(scratch[: min(n, len(scratch))], deadline)
 
     def close(self) -> None:
         self.broken = True

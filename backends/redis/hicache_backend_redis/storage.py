@@ -29,7 +29,7 @@ class RedisStorage(PagedStorage):
     @classmethod
     def accelerators(cls) -> dict[str, bool]:
         """The optional compiled reader and writer of page bytes, and whether it is built."""
-        from .native_mget import NATIVE
+        from .native import NATIVE
 
         return {"hicache_backend_redis._bulkread": NATIVE}
 

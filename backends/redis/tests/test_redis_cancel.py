@@ -13,6 +13,7 @@ import threading
 import time
 
 import pytest
+from hicache_backend_redis.bulk import read_bulk_into
 from hicache_backend_redis.resp import Connection
 
 from hicache_sdk.errors import Cancelled
@@ -42,7 +43,7 @@ def test_read_cancelled_mid_value_touches_nothing_after_cancel(interruptible: bo
     def reader() -> None:
         try:
             with conn.watch(tok):  # as the transport runs a call: its waits watch the token too
-                outcome.append(conn.read_bulk_into(seg, tok))
+                outcome.append(read_bulk_into(conn, seg, tok))
         except BaseException as e:
             outcome.append(e)
 

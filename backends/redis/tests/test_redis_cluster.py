@@ -5,6 +5,7 @@ serve, recovery after its restart."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,11 +29,11 @@ def _segs(a: np.ndarray) -> list[tuple[int, int]]:
     return [(int(a.ctypes.data), a.nbytes)]
 
 
-def _make(cluster: RedisClusterServers, prefix: str) -> RedisClusterTransport:
+def _make(cluster: RedisClusterServers, prefix: str, **kw: Any) -> RedisClusterTransport:
     others = [f"127.0.0.1:{n.port}" for n in cluster.nodes[1:]]
     return RedisClusterTransport(
         RedisConfig(url=cluster.url, cluster=True, startup_nodes=tuple(others), key_prefix=prefix,
-                    connect_timeout_s=0.5, socket_timeout_s=2.0)
+                    connect_timeout_s=0.5, socket_timeout_s=2.0, **kw)
     )  # fmt: skip
 
 
@@ -59,9 +60,9 @@ def test_batches_split_per_node_in_key_order(cluster: RedisClusterServers) -> No
         keys = [f"k{i}" for i in range(60)]
         owners = {_owner(cluster, "c1:" + k).port for k in keys}
         assert len(owners) == 3  # the batch really spans every master
-        before = t.round_trips
+        before = t.metrics.counter("round_trips")
         assert t.write(keys, [_segs(p) for p in pages]) == [True] * 60
-        assert t.round_trips - before == 3  # one pipelined round trip per node
+        assert t.metrics.counter("round_trips") - before == 3  # one pipelined round trip per node
         assert t.exists([*keys, "none"]) == [10_000 + i for i in range(60)] + [None]
         out = [np.zeros_like(p) for p in pages]
         assert t.read(keys, [_segs(o) for o in out]) == [True] * 60
@@ -122,6 +123,73 @@ def test_killed_master_misses_while_others_serve_then_recovers(cluster: RedisClu
         assert t.exists(keys) == [None if x else 2000 for x in lost]
         assert t.write(keys, [_segs(p) for p in pages]) == [True] * 30
         assert t.read(keys, [_segs(o) for o in out]) == [True] * 30
+    finally:
+        t.close()
+
+
+def _calls(cluster: RedisClusterServers, name: str) -> int:
+    """How many ``name`` commands the masters have run (their ``INFO commandstats``)."""
+    total = 0
+    for node in cluster.nodes:
+        for line in cluster.cli(node, "info", "commandstats").splitlines():
+            if line.startswith(f"cmdstat_{name}:"):
+                total += int(line.split("calls=")[1].split(",")[0])
+    return total
+
+
+def test_write_window_applies_on_every_master(cluster: RedisClusterServers) -> None:
+    """Big values go ``write_window`` at a time per connection as ``SETNX`` (one round trip
+    each after the first window), as on a standalone server; ``write_window = 0`` pipelines
+    them as ``SET ... NX``, one round trip per master."""
+    keys = [f"w{i}" for i in range(12)]
+    per_node: dict[int, int] = {}
+    for k in keys:
+        port = _owner(cluster, "c5:" + k).port
+        per_node[port] = per_node.get(port, 0) + 1
+    assert len(per_node) == 3
+    pages = [np.full(40_000, i, np.uint8) for i in range(12)]
+    windowed = _make(cluster, "c5:", write_window=2, parallel_connections=1)
+    piped = _make(cluster, "c6:", write_window=0, parallel_connections=1)
+    try:
+        setnx, set_, before = (
+            _calls(cluster, "setnx"),
+            _calls(cluster, "set"),
+            windowed.metrics.counter("round_trips"),
+        )
+        assert windowed.write(keys, [_segs(p) for p in pages]) == [True] * 12
+        assert _calls(cluster, "setnx") - setnx == 12 and _calls(cluster, "set") == set_
+        trips = sum(1 + max(0, n - 2) for n in per_node.values())
+        assert windowed.metrics.counter("round_trips") - before == trips
+        setnx, set_ = _calls(cluster, "setnx"), _calls(cluster, "set")
+        assert piped.write(keys, [_segs(p) for p in pages]) == [True] * 12
+        assert _calls(cluster, "set") - set_ == 12 and _calls(cluster, "setnx") == setnx
+        assert piped.metrics.counter("round_trips") == 3
+        for t in (windowed, piped):
+            out = [np.zeros_like(p) for p in pages]
+            assert t.read(keys, [_segs(o) for o in out]) == [True] * 12
+            assert all(np.array_equal(a, b) for a, b in zip(out, pages))
+    finally:
+        windowed.close()
+        piped.close()
+
+
+def test_parallel_connections_split_a_masters_large_batch(cluster: RedisClusterServers) -> None:
+    """6 MiB for one master (one hash tag: one slot) is 3 parts with
+    ``parallel_connections = 3``: three data connections to that master carry the write
+    and the read, concurrently (the write's first part is two values one at a time: two
+    round trips; the read one)."""
+    keys = [f"{{tag}}p{i}" for i in range(6)]
+    owner = _owner(cluster, "c7:" + keys[0])
+    pages = [np.full(1 << 20, 7 + i, np.uint8) for i in range(6)]
+    t = _make(cluster, "c7:", parallel_connections=3, pool_size=8)
+    try:
+        assert t.write(keys, [_segs(p) for p in pages]) == [True] * 6
+        out = [np.zeros_like(p) for p in pages]
+        assert t.read(keys, [_segs(o) for o in out]) == [True] * 6
+        assert all(np.array_equal(a, b) for a, b in zip(out, pages))
+        clients = cluster.cli(owner, "client", "list").splitlines()
+        assert sum(" cmd=mget " in line for line in clients) == 3
+        assert t.metrics.counter("round_trips") == 2 + 1
     finally:
         t.close()
 

@@ -59,6 +59,8 @@ def _pw_free(text: str) -> None:
         ({"url": "redis+sentinel://127.0.0.1:1/svc?password=x"}, "url"),
         ({"key_prefix": "p"}, "key_prefix: must be empty or end with ':'.*'p:'"),
         ({"key_prefix": "p:x"}, "key_prefix"),
+        ({"cluster": True}, "cluster / startup_nodes: RedisTransport talks to one server"),
+        ({"startup_nodes": ("127.0.0.1:7001",)}, "cluster / startup_nodes"),
     ],
 )
 def test_bad_settings_fail_at_construction(kw: dict[str, str], names: str) -> None:

@@ -58,7 +58,7 @@ class Token(CancelToken):
 def test_large_batches_run_on_concurrent_connections(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hicache_backend_redis import mget, redis_transport
+    from hicache_backend_redis import mget, node_io
 
     policies: list[tuple[int, int, int]] = []
 
@@ -66,13 +66,13 @@ def test_large_batches_run_on_concurrent_connections(
         policies.append(policy)
         mget.stream_mget(*args, policy=policy, **kw)
 
-    monkeypatch.setattr(redis_transport, "stream_mget", spy)
+    monkeypatch.setattr(node_io, "stream_mget", spy)
     t = RedisTransport(RedisConfig(url=server.url, parallel_connections=3, pool_size=8, write_window=0))
     try:
         src, segs = _pages(12, 1 << 20)  # 12 MiB: three parts of 4 MiB
         keys = [f"p{i}" for i in range(12)]
         t.exists(["warm"])
-        before = t.round_trips
+        before = t.metrics.counter("round_trips")
         assert t.write(keys, segs) == [True] * 12
         # three data connections, redis-py's (the exists above), and the INFO one
         assert _info(server, "clients", "connected_clients") == 3 + 1 + 1
@@ -81,12 +81,12 @@ def test_large_batches_run_on_concurrent_connections(
         assert t.read(keys, osegs) == [True] * 12
         assert np.array_equal(out, src)
         # the parts run concurrently: the batch waits one round trip, counted once
-        assert t.round_trips == before + 2
+        assert t.metrics.counter("round_trips") == before + 2
         # each part keeps one command in flight (see mget.ONE_AT_A_TIME)
         assert policies == [mget.ONE_AT_A_TIME] * 3
         # small batches stay on one connection, pipelined
         assert t.read(keys[:1], osegs[:1]) == [True]
-        assert t.round_trips == before + 3
+        assert t.metrics.counter("round_trips") == before + 3
         assert policies[3:] == [mget.PIPELINED]
     finally:
         t.close()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _redis_servers import RedisServer, call
 from hicache_backend_redis import RedisTransport
-from hicache_backend_redis.redis_transport import split_parts
+from hicache_backend_redis.node_io import split_parts
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -52,14 +52,14 @@ def test_one_round_trip_per_batch(make_transport: Make, request: pytest.FixtureR
     pages = [pattern(i, 40000) for i in range(64)]  # 64 x 40 kB: ~40 MGET commands of <= 64 KiB
     keys = [f"k{i}" for i in range(64)]
     t.exists(["warm"])  # open the connection
-    before = t.round_trips
+    before = t.metrics.counter("round_trips")
     assert t.write(keys, [segs(p) for p in pages]) == [True] * 64
-    assert t.round_trips == before + 1
+    assert t.metrics.counter("round_trips") == before + 1
     assert t.exists(keys) == [40000] * 64
-    assert t.round_trips == before + 1
+    assert t.metrics.counter("round_trips") == before + 1
     out = [np.zeros_like(p) for p in pages]
     assert t.read(keys, [segs(o) for o in out]) == [True] * 64
-    assert t.round_trips == before + 2
+    assert t.metrics.counter("round_trips") == before + 2
     assert all(np.array_equal(a, b) for a, b in zip(out, pages))
 
 
@@ -74,13 +74,13 @@ def test_windowed_writes(
     big = [pattern(i, 40000) for i in range(7)]
     small = [pattern(i, 3000) for i in range(7)]
     t.exists(["warm"])
-    before, setnx = t.round_trips, _calls(redis_server, "setnx")
+    before, setnx = t.metrics.counter("round_trips"), _calls(redis_server, "setnx")
     assert t.write([f"b{i}" for i in range(7)], [segs(p) for p in big]) == [True] * 7
-    assert t.round_trips - before == 6  # 2 sent, then 5 more each after a reply
+    assert t.metrics.counter("round_trips") - before == 6  # 2 sent, then 5 more each after a reply
     assert _calls(redis_server, "setnx") - setnx == 7
-    before, setc = t.round_trips, _calls(redis_server, "set")
+    before, setc = t.metrics.counter("round_trips"), _calls(redis_server, "set")
     assert t.write([f"s{i}" for i in range(7)], [segs(p) for p in small]) == [True] * 7
-    assert t.round_trips - before == 1 and _calls(redis_server, "set") - setc == 7
+    assert t.metrics.counter("round_trips") - before == 1 and _calls(redis_server, "set") - setc == 7
     other = pattern(99, 40000)
     assert t.write(["b3", "new"], [segs(other), segs(other)]) == [True, True]
     out = [np.zeros_like(p) for p in big]
@@ -107,16 +107,16 @@ def test_small_windowed_writes_fan_out_over_connections(
     for n, trips in ((4, 1), (6, 2)):
         vals = [pattern(100 * n + i, 40000) for i in range(n)]
         keys = [f"n{n}-{i}" for i in range(n)]
-        before, setnx = t.round_trips, _calls(redis_server, "setnx")
+        before, setnx = t.metrics.counter("round_trips"), _calls(redis_server, "setnx")
         assert t.write(keys, [segs(v) for v in vals]) == [True] * n
-        assert t.round_trips - before == trips
+        assert t.metrics.counter("round_trips") - before == trips
         assert _calls(redis_server, "setnx") - setnx == n
         out = [np.zeros_like(v) for v in vals]
         assert t.read(keys, [segs(o) for o in out]) == [True] * n
         assert all(np.array_equal(a, b) for a, b in zip(out, vals))
-        before = one.round_trips
+        before = one.metrics.counter("round_trips")
         assert one.write(keys, [segs(v) for v in vals]) == [True] * n
-        assert one.round_trips - before == n  # the same batch on one connection
+        assert one.metrics.counter("round_trips") - before == n  # the same batch on one connection
     copies = [pattern(900 + c, 40000) for c in range(4)]
     assert t.write(["d", "x", "d", "d"], [segs(c) for c in copies]) == [True] * 4
     got = [np.zeros_like(copies[0]) for _ in range(2)]
@@ -214,11 +214,11 @@ def test_both_readers_serve_the_transport(
 ) -> None:
     """The compiled reader is optional: with it switched off (as in a build without a
     compiler) a batch over several connections reads the same bytes, misses included."""
-    from hicache_backend_redis import native_mget
+    from hicache_backend_redis import native as compiled
 
-    if native and native_mget._bulkread is None:
+    if native and compiled._bulkread is None:
         pytest.skip("the compiled reader is not built")
-    monkeypatch.setattr(native_mget, "NATIVE", native)
+    monkeypatch.setattr(compiled, "NATIVE", native)
     t = make_transport(key_prefix=f"t:{request.node.name}:", parallel_connections=3)
     pages = [pattern(50 + i, (1 << 20) + i) for i in range(8)]  # 8 MiB: split over 3 connections
     keys = [f"r{i}" for i in range(8)]

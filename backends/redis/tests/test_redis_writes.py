@@ -1,5 +1,6 @@
 """Both writers of create-if-absent values (the compiled loop, ``_bulkread.write``, and the
-Python one, :func:`hicache_backend_redis.writes.write_lanes`) over real sockets, against a
+Python one, :func:`hicache_backend_redis.writes.write_python`, both behind
+:func:`hicache_backend_redis.writes.write_lanes`) over real sockets, against a
 scripted peer: every value reaches the peer whole from its segments, every success reply
 (``:1``, ``:0``, ``+OK``, ``$-1``) is a success and an error reply fails only its value, the
 window bounds what is in flight, and a peer that closes, stalls, stops reading or answers
@@ -17,9 +18,10 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 from _scripted_peer import Peer, parse_command
-from hicache_backend_redis import native_mget
+from hicache_backend_redis import native as compiled
+from hicache_backend_redis.frames import write_frames as frames
 from hicache_backend_redis.resp import Connection, ProtocolError, ReplyError, command
-from hicache_backend_redis.writes import frames, write_part
+from hicache_backend_redis.writes import write_lanes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +32,7 @@ WRITERS = pytest.mark.parametrize(
     "native",
     [
         pytest.param(
-            True, id="native", marks=pytest.mark.skipif(native_mget._bulkread is None, reason="not built")
+            True, id="native", marks=pytest.mark.skipif(compiled._bulkread is None, reason="not built")
         ),
         pytest.param(False, id="python"),
     ],
@@ -44,11 +46,11 @@ def _writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     if "native" not in params:
         yield
         return
-    monkeypatch.setattr(native_mget, "NATIVE", params["native"])
+    monkeypatch.setattr(compiled, "NATIVE", params["native"])
     if not params["native"]:
         yield
         return
-    real = native_mget._bulkread
+    real = compiled._bulkread
     calls = [0]
 
     class Counting:
@@ -59,7 +61,7 @@ def _writer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
             calls[0] += 1
             return real.write(*args)  # type: ignore[union-attr]
 
-    monkeypatch.setattr(native_mget, "_bulkread", Counting())
+    monkeypatch.setattr(compiled, "_bulkread", Counting())
     yield
     assert calls[0], "the compiled writer was not used"
 
@@ -83,9 +85,9 @@ def write(
     heads, tail = frames(names, sizes, ttl_ms, window)
     out = [False] * len(names)
     refused: list[str] = []
-    write_part(
-        conn, range(len(names)), heads, tail, values.segments, window, out, None,
-        counted=True, refused=lambda c, e: refused.append(str(e)),
+    write_lanes(
+        [(conn, range(len(names)))], heads, tail, values.segments, window, out, None,
+        refused=lambda c, e: refused.append(str(e)) or False,
     )  # fmt: skip
     return out, refused
 
@@ -250,9 +252,9 @@ def test_a_cancel_while_sending_reads_nothing_after_it_returns(
     def writer() -> None:
         try:
             with conn.watch(tok):
-                write_part(
-                    conn, range(2), heads, tail, values.segments, 1, [False, False], tok,
-                    counted=True, refused=lambda c, e: None,
+                write_lanes(
+                    [(conn, range(2))], heads, tail, values.segments, 1, [False, False], tok,
+                    refused=lambda c, e: False,
                 )  # fmt: skip
             outcome.append(None)
         except BaseException as e:
@@ -284,12 +286,10 @@ def test_a_cancel_while_sending_reads_nothing_after_it_returns(
 
 def test_bad_segments_are_refused_before_any_io(pair: tuple[Connection, socket.socket]) -> None:
     conn, far = pair
-    if native_mget._bulkread is None:
+    if compiled._bulkread is None:
         pytest.skip("not built")
     with pytest.raises(ValueError, match="address"):
-        native_mget.write(
-            conn, [b"h"], b"\r\n", [[(-1, 5)]], 1, None, counted=True, refused=lambda j, e: None
-        )
+        compiled.write(conn, [b"h"], b"\r\n", [[(-1, 5)]], bytearray(1), (0, 0), 1, None)
     far.settimeout(0.2)
     with pytest.raises(TimeoutError):
         far.recv(1)  # nothing was sent
@@ -302,18 +302,49 @@ def test_an_error_reply_reaches_refused_with_its_message(pair: tuple[Connection,
     seen: list[ReplyError] = []
     heads, tail = frames([b"k"], [3], 0, 1)
     out = [False]
-    write_part(
-        conn,
-        [0],
-        heads,
-        tail,
-        Values([b"abc"]).segments,
-        1,
-        out,
-        None,
-        counted=False,
-        refused=lambda c, e: seen.append(e),
-    )
+    write_lanes(
+        [(conn, [0])], heads, tail, Values([b"abc"]).segments, 1, out, None,
+        refused=lambda c, e: seen.append(e) or False,
+    )  # fmt: skip
     assert out == [False] and [str(e) for e in seen] == [
         "READONLY You can't write against a read only replica."
     ]
+
+
+@pytest.mark.parametrize("window", [1, 2, 0])
+def test_lanes_driven_from_one_thread_each_resume_after_an_error_reply(window: int) -> None:
+    """Several connections driven from this thread (the Python engine): an error reply on
+    one lane fails that value only, and every lane still writes the rest of its values."""
+    lanes: list[tuple[Connection, list[int]]] = []
+    fars: list[socket.socket] = []
+    got: list[bytes] = []
+    n = 9
+    data = [bytes([65 + i]) * (40 << 10) for i in range(n)]
+
+    def answer(args: list[bytes]) -> bytes:
+        got.append(args[1])
+        return b"-OOM not now\r\n" if args[1] in (b"k1", b"k4") else b":1\r\n"
+
+    try:
+        for j in range(3):
+            a, far = socket.socketpair()
+            fars.append(far)
+            Peer(far, answer)
+            lanes.append((Connection(a, timeout_s=5.0), list(range(j, n, 3))))
+        values = Values(data)
+        heads, tail = frames([b"k%d" % i for i in range(n)], [len(d) for d in data], 0, window)
+        out: list[object] = [None] * n
+        seen: list[str] = []
+        write_lanes(
+            lanes, heads, tail, values.segments, window, out, None,
+            refused=lambda c, e: seen.append(str(e)) or "refused",
+        )  # fmt: skip
+        assert out == ["refused" if i in (1, 4) else True for i in range(n)]
+        assert seen == ["OOM not now"] * 2
+        assert sorted(got) == sorted(b"k%d" % i for i in range(n))
+        assert not any(c.broken for c, _ in lanes)
+    finally:
+        for c, _ in lanes:
+            c.close()
+        for far in fars:
+            far.close()
