@@ -122,7 +122,7 @@ class FailureInjector:
         env = os.environ if environ is None else environ
         delay = _env_float(env, "HICACHE_INJECT_DELAY_S")
         rate = _env_float(env, "HICACHE_INJECT_FAILURE_RATE")
-        if not _inside_sglang:
+        if not _inside_sglang and len(CURRENT.injector_env) == 2:  # releases without them: none
             if delay is None:
                 delay = _env_float(env, CURRENT.injector_env[0])
             if rate is None:
