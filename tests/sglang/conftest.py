@@ -30,7 +30,7 @@ REAL_SGLANG = os.environ.get("HICACHE_SGLANG_ENV") == "1"
 MODELLED_RELEASES = frozenset({"0.5.23"})
 #: The modules that run under every release (they read the installed release's profile).
 ANY_RELEASE = frozenset({"test_sglang_profile.py", "test_sglang_release_bridge.py", "test_sglang_releases.py",
-                         "test_sglang_bridge_unit.py"})  # fmt: skip
+                         "test_sglang_bridge_unit.py", "test_gen_sglang_profiles.py"})  # fmt: skip
 #: SGLang modules every release has (with its metrics module, the profile's).
 RELEASE_MODULES = ("sglang.srt.mem_cache.hicache_storage", "sglang.srt.mem_cache.storage.backend_factory")
 
