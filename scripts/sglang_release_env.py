@@ -4,8 +4,8 @@
 installs, with ``pip --no-deps``, the wheel that release line's contract profile was read
 from (its last ``.postN``, :mod:`hicache_sdk.sglang.profiles`), then the few pure-Python
 packages on its storage modules' import chain at the versions that release pins
-(``openai``, ``partial_json_parser``, ``transformers``: read from the installed wheel's
-metadata). Everything else comes from ``tests/sglang/requirements.txt``; the GPU-only
+(``openai``, ``partial_json_parser``, ``transformers``, and ``xgrammar`` without its
+dependencies: read from the installed wheel's metadata). Everything else comes from ``tests/sglang/requirements.txt``; the GPU-only
 modules (``triton``, ``torchvision``, ``sgl_kernel``) are stood in by
 ``tests/sglang/sglang_standins.py``.
 """
@@ -19,6 +19,9 @@ from importlib import metadata
 
 #: Distributions on the storage modules' import chain, installed at the release's own pin.
 CHAIN = ("openai", "partial_json_parser", "transformers")
+#: The same, installed without their dependencies (``xgrammar`` would resolve torch anew;
+#: 0.5.20 imports it on the metrics module's chain).
+CHAIN_NO_DEPS = ("xgrammar",)
 
 
 def _pip(*args: str) -> None:
@@ -27,14 +30,14 @@ def _pip(*args: str) -> None:
     subprocess.run(cmd, check=True)
 
 
-def _pins() -> list[str]:
-    """The release's requirement for each of :data:`CHAIN` (``name==X`` or ``name``)."""
+def _pins(chain: tuple[str, ...]) -> list[str]:
+    """The release's requirement for each of ``chain`` (``name==X`` or ``name``)."""
     out = []
     for req in metadata.requires("sglang") or []:
         if ";" in req and "extra" in req.split(";", 1)[1]:
             continue
         m = re.match(r"([A-Za-z0-9_.-]+)\s*(.*)", req.split(";", 1)[0].strip())
-        if m and m.group(1).lower().replace("-", "_") in CHAIN:
+        if m and m.group(1).lower().replace("-", "_") in chain:
             out.append(f"{m.group(1)}{m.group(2).replace(' ', '')}")
     return out
 
@@ -47,9 +50,11 @@ def main(argv: list[str]) -> int:
 
     profile = profile_for(argv[0].removeprefix("sglang-"))
     _pip("--no-deps", f"sglang=={profile.wheel_version}")
-    pins = _pins()
+    pins, loose = _pins(CHAIN), _pins(CHAIN_NO_DEPS)
     _pip(*pins)
-    print(f"SGLang {profile.wheel_version} with {', '.join(pins)}")
+    if loose:
+        _pip("--no-deps", *loose)
+    print(f"SGLang {profile.wheel_version} with {', '.join(pins + loose)}")
     return 0
 
 
