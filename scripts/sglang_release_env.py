@@ -4,7 +4,7 @@
 installs, with ``pip --no-deps``, the wheel that release line's contract profile was read
 from (its last ``.postN``, :mod:`hicache_sdk.sglang.profiles`), then the few pure-Python
 packages on its storage modules' import chain at the versions that release pins
-(``openai``, ``partial_json_parser``, ``transformers``, and ``xgrammar`` without its
+(``einops``, ``openai``, ``partial_json_parser``, ``transformers``, and ``xgrammar`` without its
 dependencies: read from the installed wheel's metadata). Everything else comes from ``tests/sglang/requirements.txt``; the GPU-only
 modules (``triton``, ``torchvision``, ``sgl_kernel``) are stood in by
 ``tests/sglang/sglang_standins.py``.
@@ -18,7 +18,7 @@ import sys
 from importlib import metadata
 
 #: Distributions on the storage modules' import chain, installed at the release's own pin.
-CHAIN = ("openai", "partial_json_parser", "transformers")
+CHAIN = ("einops", "openai", "partial_json_parser", "transformers")
 #: The same, installed without their dependencies (``xgrammar`` would resolve torch anew;
 #: 0.5.20 imports it on the metrics module's chain).
 CHAIN_NO_DEPS = ("xgrammar",)
