@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from hicache_sdk import spec
-from hicache_sdk.sglang.versions import CURRENT
+from hicache_sdk.sglang.versions import NEWEST as CURRENT
 
 
 def test_every_method_has_sglangs_signature() -> None:

@@ -92,6 +92,13 @@ def _parser() -> argparse.ArgumentParser:
         "for backends that transfer with O_DIRECT)",
     )
     p.add_argument(
+        "--sglang-version",
+        default=None,
+        metavar="X.Y.Z",
+        help="the SGLang release to certify against: must be the installed SGLang's (exit 2 otherwise); "
+        "without SGLang, that release's contract profile with the SDK's own pools",
+    )
+    p.add_argument(
         "--pools",
         choices=["auto", "sglang", "sdk"],
         default=None,
@@ -153,6 +160,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as e:
             print(f"hicache check: {e}", file=sys.stderr)
             return 2
+    if args.sglang_version:
+        from .release import check_requested
+
+        why = check_requested(args.sglang_version)
+        if why is not None:
+            print(f"hicache check: {why}", file=sys.stderr)
+            return 2
     refused = _preflight(args.backend, args.config, bool(args.isolate))
     if refused is None:
         refused = _try_construct(args.backend, args.config, args.isolate or [])
@@ -197,6 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             pargs += ["--hicache-io-backend", args.io_backend]
         if args.pools:
             pargs += ["--hicache-pools", args.pools]
+        if args.sglang_version:
+            pargs += ["--hicache-sglang-version", args.sglang_version]
         if args.geometry:
             pargs += ["--hicache-geometry", args.geometry]
         if args.keyword:

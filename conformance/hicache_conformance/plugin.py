@@ -101,6 +101,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "for backends that transfer with O_DIRECT)",
     )
     g.addoption(
+        "--hicache-sglang-version",
+        default=None,
+        help="the SGLang release to certify against (must be the installed one's release line; "
+        "without SGLang, picks that release's contract profile)",
+    )
+    g.addoption(
         "--hicache-pools",
         default=None,
         choices=["auto", "sglang", "sdk"],
@@ -181,6 +187,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config._hicache_outcomes = {}  # type: ignore[attr-defined]
     config._hicache_classes = {}  # type: ignore[attr-defined]
     config._hicache_active = {}  # type: ignore[attr-defined]
+    from . import release
+
+    requested = config.getoption("--hicache-sglang-version")
+    if requested:
+        why = release.check_requested(requested)
+        if why is not None:
+            raise pytest.UsageError(why)
+    release.set_release(requested or None)
     backend = config.getoption("--hicache-backend")
     if not backend:
         return
@@ -446,7 +460,10 @@ def _report(config: pytest.Config) -> dict[str, Any] | None:
     report["classes"] = infos
     ctl_ok, ctl_why = sglang_controller_available()
     pools = P.source_info()
+    from . import release
+
     report["sglang"] = {
+        **release.describe(),
         "version": pools["sglang_version"],
         "host_pools": pools,
         "controller": "sglang" if ctl_ok else "hicache-conformance",

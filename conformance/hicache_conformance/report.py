@@ -277,6 +277,17 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
             f"backend bugs recorded in {len(bugs)} test(s); first: {b.get('error')}: {b.get('message')}"
         )
     sglang = report.get("sglang") or {}
+    if sglang.get("profile"):
+        installed = sglang.get("installed")
+        if sglang.get("sglang_code_ran"):
+            ran = f"SGLang {installed}'s controller code ran"
+        elif installed:
+            ran = f"SGLang {installed} is installed, but no SGLang code ran"
+        else:
+            ran = "SGLang is not installed: no SGLang code ran"
+        rows.append(f"SGLang contract profile {sglang['profile']} ({ran}); {sglang.get('controller_model')}")
+        if not sglang.get("controller_modelled"):
+            rows.append("the tests that drive SGLang's controller were skipped, with that reason")
     pools = sglang.get("host_pools") or {}
     if pools:
         rows.append(

@@ -44,9 +44,14 @@ def sglang_version() -> str | None:
 def availability() -> tuple[bool, str]:
     """(whether SGLang's host pools can be built here, why not / where from). Cached."""
     if "ok" not in _state:
+        from .release import controller_model
+
         version = sglang_version()
+        modelled, not_modelled = controller_model()
         if version is None:
             _state["ok"], _state["why"] = False, "SGLang is not installed"
+        elif not modelled:
+            _state["ok"], _state["why"] = False, f"SGLang {version} is installed, but the {not_modelled}"
         else:
             try:
                 for name in _MODULES:

@@ -38,8 +38,9 @@ __all__ = [
     "setting",
 ]
 
-#: Keys SGLang's dynamic loader (and our bridge) put into ``extra_config``.
-LOADER_KEYS = frozenset(CURRENT.dynamic_loader_keys) | {"backend", "backend_config"}
+#: Keys SGLang's dynamic loader (and our bridge) put into ``extra_config`` (``interface_v1``
+#: too on releases whose loader does not read it: the bridge's documented config holds it).
+LOADER_KEYS = frozenset(CURRENT.dynamic_loader_keys) | {"interface_v1", "backend", "backend_config"}
 
 C = TypeVar("C", bound="BackendConfig")
 

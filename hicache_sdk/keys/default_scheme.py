@@ -8,7 +8,8 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from .names import all_hex64, batch_names, check_hex_page_hash, exact_component, sanitize_component
+from ..sglang import versions
+from .names import all_hex64, batch_names, check_page_key, exact_component, sanitize_component
 from .scheme_base import KeyScheme, ObjectSpec
 from .topology import Topology, _model_of
 
@@ -31,7 +32,10 @@ class DefaultKeyScheme(KeyScheme):
     coordinates, tp coordinates for rank-sharded pools only, dcp coordinates (with
     logical page size and tp size, as SGLang) when ``dcp_size > 1``, and a digest of
     the secret ``namespace_salt``. Never the dp rank: DP replicas share pages.
-    Page hashes must be 64 lowercase hex chars.
+    Page hashes must be 64 lowercase hex chars; where the installed SGLang stores
+    speculative-decoding draft pages under ``<hash><suffix>`` (the profile's
+    ``draft_key_suffix``, e.g. ``".draft"``), that form too (its own object, beside the
+    page's).
     """
 
     name: ClassVar[str] = "default"
@@ -53,6 +57,7 @@ class DefaultKeyScheme(KeyScheme):
         if namespace_salt is not None and not isinstance(namespace_salt, str):
             raise ValueError("namespace_salt must be a str or None")
         self._topo = Topology.from_config(storage_config)
+        self._draft_suffix = versions.CURRENT.draft_key_suffix
         self._model_raw = _model_of(storage_config, model_name)
         self._model_dir = exact_component(self._model_raw)
         self._ns = exact_component(namespace)
@@ -100,7 +105,7 @@ class DefaultKeyScheme(KeyScheme):
         return self._ident(pool)[0]
 
     def page_objects(self, page_hash: str, pool: PoolLayout) -> list[ObjectSpec]:
-        check_hex_page_hash(page_hash)
+        check_page_key(page_hash, self._draft_suffix)
         if not pool.has_buffer:
             return []
         prefix = self._ident(pool)[1]
@@ -115,7 +120,7 @@ class DefaultKeyScheme(KeyScheme):
         ``ValueError`` names the first bad hash."""
         if not all_hex64(page_hashes):
             for h in page_hashes:
-                check_hex_page_hash(h)
+                check_page_key(h, self._draft_suffix)
         if not pool.has_buffer:
             return []
         prefix = self._ident(pool)[1]

@@ -31,6 +31,7 @@ __all__ = [
     "sanitize_component",
     "sglang_model_name",
     "check_plain_fragment",
+    "check_page_key",
 ]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -70,6 +71,20 @@ def check_hex_page_hash(page_hash: object, argument: str = "page_hash") -> str:
     if not isinstance(page_hash, str) or _HEX64.fullmatch(page_hash) is None:
         raise ValueError(f"{argument} must be 64 lowercase hex chars, got {page_hash!r}")
     return page_hash
+
+
+def check_page_key(page_hash: object, draft_suffix: str, argument: str = "page_hash") -> str:
+    """Return ``page_hash`` if it is 64 lowercase hex chars, or (when ``draft_suffix`` is set:
+    the SGLang release stores speculative-decoding draft pages, e.g. ``".draft"``) those
+    64 chars followed by ``draft_suffix``; ``ValueError`` naming ``argument`` otherwise."""
+    if draft_suffix and isinstance(page_hash, str) and page_hash.endswith(draft_suffix):
+        stem = page_hash[: -len(draft_suffix)]
+        if _HEX64.fullmatch(stem) is not None:
+            return page_hash
+        raise ValueError(
+            f"{argument} must be 64 lowercase hex chars, optionally followed by {draft_suffix!r}, got {page_hash!r}"
+        )
+    return check_hex_page_hash(page_hash, argument)
 
 
 def check_plain_fragment(value: object, argument: str) -> str:

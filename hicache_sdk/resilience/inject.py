@@ -133,7 +133,7 @@ class FailureInjector:
         env = os.environ if environ is None else environ
         delay = _env_float(env, "HICACHE_INJECT_DELAY_S")
         rate = _env_float(env, "HICACHE_INJECT_FAILURE_RATE")
-        if sglang_variables:
+        if sglang_variables and len(CURRENT.injector_env) == 2:  # releases without them: none
             if delay is None:
                 delay = _env_float(env, CURRENT.injector_env[0])
             if rate is None:

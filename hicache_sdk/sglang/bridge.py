@@ -1,4 +1,4 @@
-"""The bridge that loads our backends inside SGLang 0.5.23 through its ``dynamic`` backend.
+"""The bridge that loads our backends inside SGLang (0.5.3 to 0.5.23) through its ``dynamic`` backend.
 
 SGLang is started with::
 
@@ -41,8 +41,14 @@ Values crossing the boundary:
 
 Checks (:mod:`hicache_sdk.sglang.checks`): ``extra_config["interface_v1"]`` is set from
 what the inner backend implements (SGLang reads it from that dict after constructing us);
-``on_host_pools_registered`` refuses host layouts the bridge cannot serve; ``close()``
-closes the inner backend once.
+``on_host_pools_registered`` refuses host layouts the bridge cannot serve (on releases whose
+controller never calls that hook -- the profile's ``calls_on_host_pools_registered`` -- each
+pool is checked as it is registered instead); ``close()`` closes the inner backend once.
+
+Releases: the bridge follows the installed SGLang's contract profile
+(:data:`hicache_sdk.sglang.versions.CURRENT`). Constructed under an SGLang outside the
+supported range, it raises :class:`~hicache_sdk.sglang.versions.UnsupportedSGLangError`
+with one message naming the installed version and the range.
 
 Configuration: the inner backend sees ``extra_config`` without the loader keys
 (``backend_name``, ``module_path``, ``class_name``, ``interface_v1``, ``backend``,
@@ -71,6 +77,7 @@ from ..spec import (
     PoolTransfer,
     PoolTransferResult,
 )
+from . import versions
 from .checks import choose_interface_v1, unservable_pool
 from .types import (
     SGLANG_METRICS_MODULE,
@@ -173,6 +180,8 @@ class HiCacheSDKStorage(_Base):
     """
 
     def __init__(self, storage_config: Any, kwargs: Optional[Mapping[str, Any]] = None) -> None:
+        if versions.UNSUPPORTED is not None:
+            raise versions.UnsupportedSGLangError(versions.UNSUPPORTED)
         extra = getattr(storage_config, "extra_config", None)
         if not isinstance(extra, Mapping):
             raise ValueError(
@@ -220,12 +229,19 @@ class HiCacheSDKStorage(_Base):
 
     # -- registration ------------------------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
-        """Forward the anchor (KV) host pool; kept as ``self.mem_pool_host`` as well."""
+        """Forward the anchor (KV) host pool; kept as ``self.mem_pool_host`` as well. Where
+        the release never calls :meth:`on_host_pools_registered`, its layout is checked
+        here (``ValueError``, as there)."""
+        if not versions.CURRENT.calls_on_host_pools_registered:
+            self._refuse_unservable("kv", mem_pool_host)
         self.inner.register_mem_pool_host(mem_pool_host)
         self.mem_pool_host = mem_pool_host
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
-        """Forward one named host pool (SGLang's ``PoolName`` or a str)."""
+        """Forward one named host pool (SGLang's ``PoolName`` or a str); checked here where
+        the release never calls :meth:`on_host_pools_registered`."""
+        if not versions.CURRENT.calls_on_host_pools_registered:
+            self._refuse_unservable(str(getattr(host_pool_name, "value", host_pool_name)), host_pool)
         self.inner.register_mem_host_pool_v2(host_pool, host_pool_name)
         # the bridge's own dict (``hasattr`` would find the inner backend's through __getattr__)
         pools: dict[Any, Any] = self.__dict__.setdefault("registered_pools", {})
@@ -245,10 +261,13 @@ class HiCacheSDKStorage(_Base):
         for pool_name, pool in self.__dict__.get("registered_pools", {}).items():
             pools.append((str(getattr(pool_name, "value", pool_name)), pool))
         for pool_name, pool in pools:
-            why = unservable_pool(pool, pool_name, self.storage_config)
-            if why is not None:
-                raise ValueError(f"hicache-sdk bridge (backend {self.backend_name!r}): {why}")
+            self._refuse_unservable(pool_name, pool)
         self.inner.on_host_pools_registered()
+
+    def _refuse_unservable(self, pool_name: str, pool: Any) -> None:
+        why = unservable_pool(pool, pool_name, self.storage_config)
+        if why is not None:
+            raise ValueError(f"hicache-sdk bridge (backend {self.backend_name!r}): {why}")
 
     # -- generic path ------------------------------------------------------------------------
     def get(

@@ -7,7 +7,9 @@ and SGLang's ``StorageMetrics`` from ``get_stats`` (SGLang's metrics logger asse
 
 * ``PoolTransferResult`` lives in SGLang's ``hicache_storage`` module, which is always loaded
   when the bridge is SGLang's subclass (the bridge imports it to subclass it).
-* ``StorageMetrics`` lives in ``sglang.srt.observability.metrics_collector``, which
+* ``StorageMetrics`` lives in the installed release's metrics module (the profile's
+  ``storage_metrics_module``: ``sglang.srt.metrics.collector`` before 0.5.11,
+  ``sglang.srt.observability.metrics_collector`` since), which
   ``hicache_storage`` does not import. When SGLang's storage module is loaded but the metrics
   module is not yet, it is imported on first use (once); a failed import (a broken install)
   is logged once and ``get_stats`` then returns the inner object -- never an exception.
@@ -30,6 +32,8 @@ import sys
 import threading
 from typing import Any
 
+from .versions import CURRENT
+
 __all__ = [
     "SGLANG_METRICS_MODULE",
     "SGLANG_STORAGE_MODULE",
@@ -42,8 +46,9 @@ log = logging.getLogger(__name__)
 
 #: SGLang's module holding its ``HiCacheStorage`` ABC and transfer types.
 SGLANG_STORAGE_MODULE = "sglang.srt.mem_cache.hicache_storage"
-#: SGLang's module holding ``StorageMetrics`` (what its metrics logger expects).
-SGLANG_METRICS_MODULE = "sglang.srt.observability.metrics_collector"
+#: SGLang's module holding ``StorageMetrics`` (what its metrics logger expects), in the
+#: installed release.
+SGLANG_METRICS_MODULE = CURRENT.storage_metrics_module
 
 _import_lock = threading.Lock()
 _metrics_import_failed = False

@@ -28,10 +28,16 @@ from collections.abc import Sequence
 from typing import Any
 
 #: Top-level modules replaced by stand-ins. GPU-only, no CPU wheel worth installing.
-STANDIN_ROOTS = ("triton", "torchvision")
+#: ``sgl_kernel`` (SGLang's CUDA kernels) is imported at module level by releases before 0.5.10.
+STANDIN_ROOTS = ("triton", "torchvision", "sgl_kernel")
+
+#: Attributes that raise ``RuntimeError`` like a real Triton without a GPU: SGLang's code
+#: that asks for the active driver (``triton.runtime.driver.active.get_current_target()``,
+#: read at import time by 0.5.9's ``fla/utils.py``) catches that and falls back to CPU.
+_NO_GPU = frozenset({"triton.runtime.driver.active"})
 
 #: Version strings SGLang may compare against (``packaging.version.parse``).
-_VERSIONS = {"triton": "3.5.0", "torchvision": "0.28.0"}
+_VERSIONS = {"triton": "3.5.0", "torchvision": "0.28.0", "sgl_kernel": "0.3.21"}
 
 
 class _PermissiveMeta(type):
@@ -42,6 +48,8 @@ class _PermissiveMeta(type):
     def __getattr__(cls, attr: str) -> Any:
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
+        if f"{cls.__qualname__}.{attr}" in _NO_GPU:
+            raise RuntimeError(f"{cls.__qualname__}.{attr}: no GPU driver (stand-in Triton on CPU)")
         return _standin_class(f"{cls.__qualname__}.{attr}")
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:

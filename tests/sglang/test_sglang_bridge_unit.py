@@ -86,8 +86,9 @@ def test_roundtrip_through_bridge_on_our_pool(store: str) -> None:
     got = bridge.batch_get(keys, [pool.get_dummy_flat_data_page() for _ in keys])
     assert isinstance(got, list) and torch.equal(got[1].view(torch.uint8), want[1])
     result = bridge.batch_exists_v2(keys, [])
-    # SGLang's class when SGLang is loaded (the real-SGLang run), else ours.
-    want_cls = sys.modules[SGLANG_STORAGE_MODULE].PoolTransferResult if SGLANG_LOADED else PoolTransferResult
+    # SGLang's class when SGLang is loaded (the real-SGLang run) and has one (0.5.10 on), else ours.
+    sglang_cls = getattr(sys.modules.get(SGLANG_STORAGE_MODULE), "PoolTransferResult", None)
+    want_cls = sglang_cls or PoolTransferResult
     assert type(result) is want_cls and result.kv_hit_pages == 2
     reads = bridge.batch_get_v2([PoolTransfer(name=PoolName.KV, host_indices=dst, keys=keys)])
     assert reads == {"kv": [True, True]}
@@ -220,6 +221,11 @@ print("CHILD-OK")
 
 
 def _fake_sglang(root: Path, storage_source: str, metrics_source: str = _FAKE_METRICS) -> None:
+    """A fake SGLang 0.5.23 (its ``dist-info`` too: the SDK follows the release it finds
+    there, ahead of any real SGLang on the path)."""
+    info = root / "sglang-0.5.23.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
     pkg = root / "sglang"
     for sub in ("", "srt", "srt/mem_cache", "srt/observability"):
         (pkg / sub).mkdir(parents=True, exist_ok=True)
