@@ -36,7 +36,7 @@ root=$(mktemp -d -t hicache-nocc-demo.XXXXXX)
 "$V/bin/hicache" check file --config "{\"root\": \"$root/check\"}" -q | tail -n 12
 rm -rf "$root"
 "${PIP[@]}" install -c constraints.txt ./backends/redis ./backends/s3 "./backends/mooncake[cpu]" \
-    pytest pytest-timeout pytest-xdist hypothesis matplotlib prometheus-client
+    pytest pytest-timeout pytest-xdist hypothesis matplotlib prometheus-client pyyaml
 if find "$V/lib" -path '*hicache*' -name '*.so' | grep -q .; then
     echo "a compiled extension was built without a compiler" >&2
     exit 1
