@@ -62,6 +62,9 @@ signum
 frame
 exc_type
 exitstatus
+runtest  # pytest's Item protocol (tests/sglang/conftest.py's skipping item)
+reportinfo
+__package__  # set on a module the generator test builds
 is_throttling_error_from_context  # botocore's throttling detector protocol (s3 config)
 is_throttling_error
 flag  # a deprecated no-op's parameter (set_inside_sglang)
