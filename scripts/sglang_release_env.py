@@ -12,13 +12,13 @@ modules (``triton``, ``torchvision``, ``sgl_kernel``) are stood in by
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
-import tempfile
 from importlib import metadata
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pip_except import pip_install
 
 #: Distributions on the storage modules' import chain, installed at the release's own pin.
 CHAIN = ("einops", "openai", "partial_json_parser", "transformers")
@@ -27,29 +27,8 @@ CHAIN = ("einops", "openai", "partial_json_parser", "transformers")
 CHAIN_NO_DEPS = ("xgrammar",)
 
 
-def _constraints_without(names: set[str]) -> dict[str, str]:
-    """The environment with ``PIP_CONSTRAINT`` (the repository's constraints file, which pins
-    0.5.23's SGLang and its chain) replaced by a copy without the lines for ``names``: the
-    release's own pins win for those, every other pin (torch's CPU build first) still holds."""
-    env = dict(os.environ)
-    path = env.get("PIP_CONSTRAINT")
-    if not path:
-        return env
-    kept = [
-        line
-        for line in Path(path).read_text(encoding="utf-8").splitlines()
-        if re.split(r"[=<>!~\[; ]", line.strip(), maxsplit=1)[0].lower().replace("-", "_") not in names
-    ]
-    out = Path(tempfile.mkdtemp(prefix="hicache-release-")) / "constraints.txt"
-    out.write_text("\n".join(kept) + "\n", encoding="utf-8")
-    env["PIP_CONSTRAINT"] = str(out)
-    return env
-
-
 def _pip(*args: str) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q", *args]
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, env=_constraints_without({"sglang", *CHAIN, *CHAIN_NO_DEPS}))
+    pip_install({"sglang", *CHAIN, *CHAIN_NO_DEPS}, *args)
 
 
 def _pins(chain: tuple[str, ...]) -> list[str]:
