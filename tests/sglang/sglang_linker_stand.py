@@ -6,7 +6,6 @@ components=...)`` with SGLang's own ``CacheInitParams`` and ``MHATokenToKVPool``
 from __future__ import annotations
 
 import hashlib
-import time
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -108,12 +107,3 @@ def slots(first_page: int, n_pages: int) -> torch.Tensor:
 
 def transfer(keys: list[str], indices: torch.Tensor | None) -> list[Any]:
     return [PoolTransfer(name=PoolName.KV, keys=list(keys), device_indices=indices)]
-
-
-def wait_offloads(linker: Any, n: int, timeout: float = 20.0) -> list[bool]:
-    """Pop ``n`` completed offloads (in order), waiting at most ``timeout`` seconds."""
-    end = time.monotonic() + timeout
-    while linker.num_completed_offloads() < n:
-        assert time.monotonic() < end, f"only {linker.num_completed_offloads()} of {n} offloads completed"
-        time.sleep(0.005)
-    return [linker.pop_completed_offload() for _ in range(n)]

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import torch
+from hicache_conformance.linker_contract import offloaded as wait_offloads
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang_linker_stand import (
     all_bytes,
@@ -31,7 +32,6 @@ from sglang_linker_stand import (
     page_keys,
     slots,
     transfer,
-    wait_offloads,
 )
 from sglang_pools import LAYERS
 from sglang_servers import BACKEND_NAMES, backend_config
