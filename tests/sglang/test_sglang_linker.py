@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import shlex
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -334,3 +335,52 @@ def test_staging_ring_moves_the_same_pages(make: Make) -> None:
     assert reader.finish_layer_wise_loading(index) is True
     assert reader.load("m", transfer([keys[0], page_keys(1)[0]], slots(9, 2))) is True
     assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is False
+
+
+def test_stalled_ranged_reads_fail_the_layer_within_the_deadline(tmp_path: Path) -> None:
+    """Layer-by-layer loads run under the resilience layer's deadline: against a file store
+    whose ranged reads stall after layer 0, layer 0 lands, the next layer fails within the
+    transfer deadline, ``finish`` is ``False`` and nothing raises; the stalled reads, once
+    they go on, land in SDK-owned staging, never in the device pool."""
+    from sglang_stalled_file import STALL
+
+    cfg = {"root": str(tmp_path), "transfer_timeout_s": 0.3}
+    config = linker_config("sglang_stalled_file:StalledFileStorage", cfg)
+    model = f"org/stall-{uuid.uuid4().hex[:8]}"
+    src, dst = device_pool("mha", seed=41), device_pool("mha")
+    writer, reader = build(src, config, model=model), build(dst, config, model=model)
+    try:
+        assert reader._ranged is not None
+        keys = page_keys(3)
+        assert writer.offload(transfer(keys, slots(1, 3))) is True
+        assert wait_offloads(writer, 1) == [True]
+        rslots = slots(6, 3)
+        blank = all_bytes(dst, rslots)
+        STALL.calls, STALL.after = 0, 3  # layer 0 of the 3 pages reads; layer 1 stalls
+        assert reader.load("s", transfer(keys, rslots)) is True
+        t0 = time.monotonic()
+        index = reader.start_layer_wise_loading()
+        counter = reader.layer_done_counter
+        counter.set_consumer(index)
+        counter.wait_until(0)
+        assert layer_bytes(dst, 0, rslots) == layer_bytes(src, 0, slots(1, 3))
+        counter.wait_until(LAYERS - 1)
+        assert reader.finish_layer_wise_loading(index) is False
+        assert time.monotonic() - t0 < 0.3 + 2.0  # the deadline, with slack for a busy machine
+        assert STALL.stalled.is_set() and not STALL.landed.is_set()
+        STALL.thaw.set()
+        assert STALL.landed.wait(10)
+        time.sleep(0.05)
+        assert all_bytes(dst, rslots)[1:] == blank[1:]  # no late write into layers 1..
+        stats = reader.store.metrics.snapshot()
+        assert stats["counters"]["abandoned_reads"] >= 1
+        STALL.after = None
+        # the breaker has not opened on one abandoned call: the next load lands whole
+        assert reader.load("t", transfer(keys, slots(12, 3))) is True
+        assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
+        assert all_bytes(dst, slots(12, 3)) == all_bytes(src, slots(1, 3))
+    finally:
+        STALL.after = None
+        STALL.thaw.set()
+        writer.close()
+        reader.close()
