@@ -170,7 +170,11 @@ def test_factory_refusals(tmp_path: Path) -> None:
     """Misconfiguration fails at construction, with the reason (the file backend only)."""
     pool = device_pool("mha")
     good = linker_config("file", {"root": str(tmp_path)})
-    with pytest.raises(ConfigError, match="unsupported components: \\['SWA'\\]"):
+    with pytest.raises(ConfigError, match="unsupported components: \\['MAMBA'\\]"):
+        build(pool, good, model="m", components={ComponentType.FULL, ComponentType.MAMBA})
+    with pytest.raises(
+        ConfigError, match="needs an SWA pool with full_kv_pool and swa_kv_pool, got MHATokenToKVPool"
+    ):
         build(pool, good, model="m", components={ComponentType.FULL, ComponentType.SWA})
     with pytest.raises(ConfigError, match="unknown keys \\['bogus'\\]"):
         build(pool, linker_config("file", {}, bogus=1), model="m")
@@ -382,5 +386,50 @@ def test_stalled_ranged_reads_fail_the_layer_within_the_deadline(tmp_path: Path)
     finally:
         STALL.after = None
         STALL.thaw.set()
+        writer.close()
+        reader.close()
+
+
+def test_swa_model_windows_lookup_load_and_offload(tmp_path: Path) -> None:
+    """An SWA model (SGLang's ``SWAKVPool``; SGLang's own view builder refuses it): the
+    full-attention pages and the SWA window's pages are both stored; ``lookup`` is sparse
+    (a length needs its trailing window's SWA pages); a load restores both pools; a
+    missing SWA page fails the batch."""
+    from sglang_linker_stand import SWA_FULL_LAYERS, SWA_LAYERS, sub_pool_bytes, swa_pool, swa_transfers
+
+    cfg = {"root": str(tmp_path)}
+    model = f"org/swa-{uuid.uuid4().hex[:8]}"
+    components = {ComponentType.FULL, ComponentType.SWA}
+    src, dst = swa_pool(seed=51), swa_pool()
+    writer = build(src, linker_config("file", cfg), model=model, components=components)
+    reader = build(dst, linker_config("file", cfg), model=model, components=components)
+    try:
+        assert set(map(str, reader.pools)) == {str(p) for p in writer.pools} and len(reader.pools) == 2
+        assert reader.num_layers == len(SWA_FULL_LAYERS) + len(SWA_LAYERS) and reader._ranged is None
+        keys = page_keys(4)
+        # the node's offload: all 4 KV pages, the SWA pages of its last 2 (the window)
+        assert writer.offload(swa_transfers(keys, slots(1, 4), keys[2:], slots(3, 2))) is True
+        assert wait_offloads(writer, 1) == [True]
+        # SGLang's SWA lookup sends the tail's trailing window (here 2 pages)
+        assert reader.lookup("r", swa_transfers(keys, None, keys[2:], None)) == [4]
+        assert reader.lookup("r", swa_transfers(keys[:3], None, keys[1:3], None)) == []
+        assert reader.lookup("r", transfer(keys, None)) == [1, 2, 3, 4]  # KV alone: every length
+
+        full_blank = sub_pool_bytes(dst.full_kv_pool, slots(5, 4))
+        assert reader.load("r", swa_transfers(keys, slots(5, 4), keys[2:], slots(1, 2))) is True
+        assert sub_pool_bytes(dst.full_kv_pool, slots(5, 4)) == full_blank  # only queued
+        index = reader.start_layer_wise_loading()
+        reader.layer_done_counter.set_consumer(index)
+        reader.layer_done_counter.wait_until(reader.num_layers - 1)
+        assert reader.finish_layer_wise_loading(index) is True
+        assert sub_pool_bytes(dst.full_kv_pool, slots(5, 4)) == sub_pool_bytes(src.full_kv_pool, slots(1, 4))
+        assert sub_pool_bytes(dst.swa_kv_pool, slots(1, 2)) == sub_pool_bytes(src.swa_kv_pool, slots(3, 2))
+
+        # a window whose SWA pages are not stored: the batch fails, nothing raises
+        assert reader.load("m", swa_transfers(keys[:2], slots(10, 2), keys[:2], slots(4, 2))) is True
+        assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is False
+        with pytest.raises(ValueError, match="swa device_indices"):
+            reader.load("x", swa_transfers(keys, slots(5, 4), keys[2:], slots(8, 2)))  # past the SWA pool
+    finally:
         writer.close()
         reader.close()

@@ -41,11 +41,12 @@ def _tensors(value: Any, what: str) -> list[torch.Tensor]:
 
 class DeviceKVView:
     """A ``layer_first`` host-pool view over a plain MHA or MLA device pool (see the module
-    docs). ``ConfigError`` naming the pool for anything else."""
+    docs), or over one sub-pool of an SWA model (``kind="swa"``). ``ConfigError`` naming the
+    pool for anything else."""
 
     layout = "layer_first"
 
-    def __init__(self, pool: Any, page_size: int) -> None:
+    def __init__(self, pool: Any, page_size: int, *, kind: str | None = None) -> None:
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size <= 0:
             raise ConfigError(f"page_size must be a positive integer, got {page_size!r}")
         name = type(pool).__name__
@@ -82,6 +83,11 @@ class DeviceKVView:
             value = getattr(pool, attr, None)
             if isinstance(value, int) and not isinstance(value, bool):
                 setattr(self, attr, value)
+        #: ``"mha"`` / ``"mla"`` (from the buffers); ``kind`` renames it, e.g. ``"swa"`` for
+        #: the SWA pool of an SWA model, as SGLang's host pools name that pool's kind.
+        self.buffer_kind = self.hicache_pool_kind
+        if kind is not None:
+            self.hicache_pool_kind = kind
         self.layer_num = len(self.layers)
         #: what the transport registers (every per-layer buffer)
         self.kv_buffer = tensors
