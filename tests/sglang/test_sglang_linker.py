@@ -430,6 +430,36 @@ def test_swa_model_windows_lookup_load_and_offload(tmp_path: Path) -> None:
         assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is False
         with pytest.raises(ValueError, match="swa device_indices"):
             reader.load("x", swa_transfers(keys, slots(5, 4), keys[2:], slots(8, 2)))  # past the SWA pool
+
+        # through the host staging rings (one per pool; what CUDA pools use), a ring smaller
+        # than the batch
+        ringed_dst = swa_pool()
+        ringed = build(
+            ringed_dst,
+            linker_config("file", cfg, staging=True, staging_pages=1),
+            model=model,
+            components=components,
+        )
+        try:
+            assert ringed.ring is not None and ringed.swa_ring is not None
+            assert ringed.load("g", swa_transfers(keys, slots(2, 4), keys[2:], slots(5, 2))) is True
+            assert ringed.finish_layer_wise_loading(ringed.start_layer_wise_loading()) is True
+            assert sub_pool_bytes(ringed_dst.full_kv_pool, slots(2, 4)) == sub_pool_bytes(
+                src.full_kv_pool, slots(1, 4)
+            )
+            assert sub_pool_bytes(ringed_dst.swa_kv_pool, slots(5, 2)) == sub_pool_bytes(
+                src.swa_kv_pool, slots(3, 2)
+            )
+            other = page_keys(2)
+            assert ringed.offload(swa_transfers(other, slots(2, 2), other[1:], slots(5, 1))) is True
+            assert wait_offloads(ringed, 1) == [True]
+            assert reader.lookup("o", swa_transfers(other, None, other[1:], None)) == [2]
+        finally:
+            ringed.close()
+        with pytest.raises(ConfigError, match="an SWA model loads its pools page by page"):
+            build(
+                swa_pool(), linker_config("file", cfg, ranged_reads=True), model=model, components=components
+            )
     finally:
         writer.close()
         reader.close()

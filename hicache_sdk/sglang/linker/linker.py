@@ -154,6 +154,9 @@ class TransportLinker(_Base):
         self.mla = self.view.hicache_pool_kind == "mla"
         self.offload_owner = not self.mla or self.tp_rank == 0
         self.store = self._build_store(server_args, params)
+        if self.swa_view is not None and self.settings.ranged_reads:
+            self.store.close()
+            raise ConfigError("ranged_reads: an SWA model loads its pools page by page, not layer by layer")
         self._ranged = self._ranged_loader() if self.ring is None and self.swa_view is None else None
         self.pools: dict[Any, DeviceKVView] = {PoolName.KV: self.view}
         if self.swa_view is not None:
