@@ -25,6 +25,15 @@ from ...errors import ConfigError
 
 __all__ = ["DeviceKVView", "layer_ranges"]
 
+#: Buffers a pool may hold beside its per-layer KV that the view would not move: their
+#: pools are refused rather than restored without them.
+_UNSERVED_BUFFERS = (
+    "k_scale_buffer",
+    "v_scale_buffer",
+    "native_k_scale_buffer",
+    "kv_scale_buffer",
+    "index_k_with_scale_buffer",
+)
 _MHA_GEOMETRY = ("layer_num", "head_num", "head_dim", "v_head_dim")
 _MLA_GEOMETRY = ("layer_num", "kv_lora_rank", "qk_rope_head_dim", "kv_cache_dim")
 
@@ -50,6 +59,12 @@ class DeviceKVView:
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size <= 0:
             raise ConfigError(f"page_size must be a positive integer, got {page_size!r}")
         name = type(pool).__name__
+        extra = [attr for attr in _UNSERVED_BUFFERS if getattr(pool, attr, None) is not None]
+        if extra:
+            raise ConfigError(
+                f"{name} holds buffers beside its per-layer KV ({', '.join(extra)}: a scaled or "
+                "quantized KV cache, or a DSA indexer): TransportLinker serves plain MHA and MLA pools"
+            )
         if isinstance(getattr(pool, "k_buffer", None), (list, tuple)):
             self.hicache_pool_kind = "mha"
             k, v = _tensors(pool.k_buffer, "k_buffer"), _tensors(pool.v_buffer, "v_buffer")
