@@ -106,3 +106,4 @@ get_last_hash_value
 
 # Backends loaded by ``module:Class`` name in the linker tests (tests/sglang).
 StalledFileStorage
+k_scale_buffer  # SGLang's scaled KV pools (the linker refuses a pool that holds one)
