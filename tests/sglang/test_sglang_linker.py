@@ -463,3 +463,101 @@ def test_swa_model_windows_lookup_load_and_offload(tmp_path: Path) -> None:
     finally:
         writer.close()
         reader.close()
+
+
+def test_swa_linker_pages_are_hicache_pages(tmp_path: Path) -> None:
+    """An SWA model's pages offloaded by the linker are hits for the HiCache path with
+    ``layer_first`` host pools (the KV host pool over the full-attention layers, the SWA
+    host pool over the sliding-window layers, as SGLang 0.5.23 builds them), both pools'
+    bytes included; and the reverse."""
+    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+    from sglang_linker_stand import SWA_FULL_LAYERS, SWA_LAYERS, swa_pool, swa_transfers
+    from sglang_pools import mha_pool
+
+    cfg = {"root": str(tmp_path)}
+    model = f"org/swa-both-{uuid.uuid4().hex[:8]}"
+    host_kv, host_swa = (
+        mha_pool("layer_first", layers=len(SWA_FULL_LAYERS)),
+        mha_pool("layer_first", layers=1),
+    )
+    bridge = _bridge("file", cfg, model, host_kv)
+    bridge.register_mem_host_pool_v2(host_swa, PoolName.SWA)
+    src = swa_pool(seed=61)
+    linker = build(
+        src, linker_config("file", cfg), model=model, components={ComponentType.FULL, ComponentType.SWA}
+    )
+    try:
+        assert len(SWA_LAYERS) == 1
+        keys = page_keys(3)
+        assert linker.offload(swa_transfers(keys, slots(1, 3), keys[1:], slots(2, 2))) is True
+        assert wait_offloads(linker, 1) == [True]
+        window = PoolTransfer(name=PoolName.SWA, keys=keys[1:], hit_policy=PoolHitPolicy.TRAILING_PAGES)
+        assert list(bridge.batch_exists_v2(keys, [window]).restorable_prefix_pages) == [3]
+        kv_slots, swa_slots = host_kv.alloc(3 * host_kv.page_size), host_swa.alloc(2 * host_swa.page_size)
+        got = bridge.batch_get_v2(
+            [
+                PoolTransfer(name=PoolName.KV, keys=keys, host_indices=kv_slots),
+                PoolTransfer(
+                    name=PoolName.SWA,
+                    keys=keys[1:],
+                    host_indices=swa_slots,
+                    hit_policy=PoolHitPolicy.TRAILING_PAGES,
+                ),
+            ]
+        )
+        assert [ok for oks in got.values() for ok in oks] == [True] * 5
+
+        def flat(sub: Any, page: int) -> bytes:
+            rows = slots(page, 1)
+            k = [bytes(b[rows].contiguous().view(torch.uint8).numpy()) for b in sub.k_buffer]
+            v = [bytes(b[rows].contiguous().view(torch.uint8).numpy()) for b in sub.v_buffer]
+            return b"".join(k) + b"".join(v)
+
+        def host_flat(host: Any, start: int) -> bytes:
+            return bytes(host.get_data_page(start, flat=True).contiguous().view(torch.uint8).numpy())
+
+        for i in range(3):
+            assert host_flat(host_kv, int(kv_slots[i * host_kv.page_size])) == flat(src.full_kv_pool, 1 + i)
+        for i in range(2):
+            assert host_flat(host_swa, int(swa_slots[i * host_swa.page_size])) == flat(src.swa_kv_pool, 2 + i)
+
+        # the reverse: the HiCache path writes both pools, the linker restores them
+        back = page_keys(3, "back")
+        gen = torch.Generator().manual_seed(62)
+        for host in (host_kv, host_swa):
+            for buf in host.kv_buffer if isinstance(host.kv_buffer, list) else [host.kv_buffer]:
+                raw = buf.view(torch.uint8)
+                raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+        put = bridge.batch_set_v2(
+            [
+                PoolTransfer(name=PoolName.KV, keys=back, host_indices=kv_slots),
+                PoolTransfer(
+                    name=PoolName.SWA,
+                    keys=back[1:],
+                    host_indices=swa_slots,
+                    hit_policy=PoolHitPolicy.TRAILING_PAGES,
+                ),
+            ]
+        )
+        assert [ok for oks in put.values() for ok in oks] == [True] * 5
+        assert linker.lookup("b", swa_transfers(back, None, back[1:], None)) == [3]
+        dst = swa_pool()
+        reader = build(
+            dst, linker_config("file", cfg), model=model, components={ComponentType.FULL, ComponentType.SWA}
+        )
+        try:
+            assert reader.load("b", swa_transfers(back, slots(4, 3), back[1:], slots(1, 2))) is True
+            assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
+            for i in range(3):
+                assert flat(dst.full_kv_pool, 4 + i) == host_flat(
+                    host_kv, int(kv_slots[i * host_kv.page_size])
+                )
+            for i in range(2):
+                assert flat(dst.swa_kv_pool, 1 + i) == host_flat(
+                    host_swa, int(swa_slots[i * host_swa.page_size])
+                )
+        finally:
+            reader.close()
+    finally:
+        linker.close()
+        bridge.close()
