@@ -25,8 +25,10 @@ Rules every transport follows:
 One verb is optional: :meth:`Transport.read_ranges` reads byte ranges of one object. The
 base class implements it with one whole read (:func:`read_ranges_whole`); a transport
 that can read ranges natively overrides it, and :func:`has_read_ranges` (derived from
-the override, never declared) tells callers so. ``cheap_ranges`` says a native
-``read_ranges`` costs about one request whatever the number of ranges.
+the override, never declared; a wrapper answers for the transport it wraps) tells
+callers so. ``cheap_ranges`` says a native ``read_ranges`` costs about one request whatever
+the number of ranges. The resilience layer carries the verb under its deadline, breaker
+and staging rules, and offers it for many objects at once (:class:`RangedReads`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "DeadlineScoped",
     "FailureReasons",
     "Range",
+    "RangedReads",
     "Segment",
     "Segments",
     "SizedTransfer",
@@ -193,6 +196,16 @@ class SizedTransfer:
         raise NotImplementedError(f"{type(self).__name__} offers SizedTransfer without transfer_sized")
 
 
+class RangedReads:
+    """A transport that reads byte ranges of many objects in one call, under one deadline
+    (the resilience layer): ``read_ranges_batch(keys, ranges)[i]`` is
+    ``read_ranges(keys[i], ranges[i])``."""
+
+    def read_ranges_batch(self, keys: Sequence[str], ranges: Sequence[Sequence[Range]]) -> list[bool]:
+        """One answer per key, as :meth:`Transport.read_ranges` gives it."""
+        raise NotImplementedError(f"{type(self).__name__} offers RangedReads without read_ranges_batch")
+
+
 class Transport(ABC):
     """Existence, read, write and delete of many named objects.
 
@@ -222,6 +235,9 @@ class Transport(ABC):
     #: A native :meth:`read_ranges` costs about one request whatever the number of ranges
     #: (a local file, an RDMA store); callers split a page into ranges only then.
     cheap_ranges: ClassVar[bool] = False
+    #: This transport passes :meth:`read_ranges` on to the transport it wraps (``inner``):
+    #: :func:`has_read_ranges` answers for that one.
+    ranges_from_inner: ClassVar[bool] = False
 
     # -- failure reasons -----------------------------------------------------------------
     @property
@@ -365,7 +381,13 @@ def read_ranges_whole(transport: Transport, key: str, ranges: Sequence[Range]) -
 
 def has_read_ranges(transport: Transport) -> bool:
     """Whether ``transport`` reads byte ranges natively (its class overrides
-    :meth:`Transport.read_ranges`); otherwise a ranged read is one whole read."""
+    :meth:`Transport.read_ranges`); otherwise a ranged read is one whole read. A wrapper
+    that passes ranged reads on (``ranges_from_inner``) answers for its ``inner``."""
+    while type(transport).ranges_from_inner:
+        inner = getattr(transport, "inner", None)
+        if not isinstance(inner, Transport):
+            break
+        transport = inner
     return type(transport).read_ranges is not Transport.read_ranges
 
 

@@ -103,3 +103,7 @@ _components_tuple
 tree_core
 _all_reduce_attn_groups
 get_last_hash_value
+
+# Backends loaded by ``module:Class`` name in the linker tests (tests/sglang).
+StalledFileStorage
+k_scale_buffer  # SGLang's scaled KV pools (the linker refuses a pool that holds one)

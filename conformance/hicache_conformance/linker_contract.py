@@ -18,7 +18,11 @@ broken rule. The rules, each from SGLang's ``unified_cache_linker.py`` and its c
 * an offload reads device memory only after its ``record_offload_ready`` events, and the
   results pop first-in, first-out with exact counts;
 * ``reset`` quiesces and ``close`` is idempotent;
-* MLA pages are written by the owner rank (TP rank 0) only.
+* MLA pages are written by the owner rank (TP rank 0) only;
+* SWA windows: for an SWA model (an ``SWAKVPool``, components ``FULL`` and ``SWA``) a
+  length is restorable only with its trailing window's SWA pages (SGLang's
+  ``TRAILING_PAGES`` rule, as ``batch_exists_v2`` folds it), so ``lookup`` is sparse, and a
+  load restores both pools. Mamba windows are not checked yet.
 
 Only imported where SGLang is installed (and importable: a CPU machine needs stand-ins for
 its GPU-only imports).
@@ -55,7 +59,9 @@ class LinkerEnv:
     extra: dict[str, Any]
     made: list[Any]
 
-    def build(self, pool: Any, model: str, **extra: Any) -> Any:
+    def build(self, pool: Any, model: str, *, components: set[str] | None = None, **extra: Any) -> Any:
+        """A linker over ``pool`` built by SGLang's factory, for the components named
+        (``ComponentType`` names; default ``{"FULL"}``)."""
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
         from sglang.srt.mem_cache.unified_cache.linker_factory import create_unified_cache_linker
@@ -72,8 +78,9 @@ class LinkerEnv:
             "linker_extra_config": {**self.extra, **extra},
         }
         server_args = SimpleNamespace(model_path=model, tp_size=int(extra.get("tp_size", 1)))
+        wanted = {ComponentType[name] for name in (components or {"FULL"})}
         linker = create_unified_cache_linker(
-            server_args, params, backend="dynamic", config=config, components={ComponentType.FULL}
+            server_args, params, backend="dynamic", config=config, components=wanted
         )
         self.made.append(linker)
         return linker
@@ -116,6 +123,38 @@ def device_pool(kind: str = "mha", seed: int | None = None) -> Any:
     return pool
 
 
+def swa_pool(seed: int | None = None) -> Any:
+    """SGLang's real CPU ``SWAKVPool`` of an SWA model (full attention on layers 0 and 2, a
+    sliding window on layer 1), random bytes from ``seed`` (else zeros)."""
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+    pool = SWAKVPool(
+        size=TOKENS,
+        size_swa=TOKENS // 2,
+        page_size=PAGE,
+        dtype=torch.bfloat16,
+        head_num=2,
+        head_dim=8,
+        swa_attention_layer_ids=[1],
+        full_attention_layer_ids=[0, 2],
+        device="cpu",
+    )
+    gen = torch.Generator().manual_seed(seed or 0)
+    for sub in (pool.full_kv_pool, pool.swa_kv_pool):
+        for b in [*sub.k_buffer, *sub.v_buffer]:
+            raw = b.view(torch.uint8)
+            if seed is None:
+                raw.zero_()
+            else:
+                raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+    return pool
+
+
+def sub_pool_bytes(sub: Any, slots: torch.Tensor) -> list[bytes]:
+    """Every layer's bytes of ``slots`` in one MHA (sub-)pool."""
+    return [layer_bytes(sub, layer, slots) for layer in range(len(sub.k_buffer))]
+
+
 def layer_bytes(pool: Any, layer: int, slots: torch.Tensor) -> bytes:
     bufs = (
         [pool.k_buffer[layer], pool.v_buffer[layer]] if hasattr(pool, "k_buffer") else [pool.kv_buffer[layer]]
@@ -140,6 +179,22 @@ def kv(page_keys: list[str], indices: torch.Tensor | None) -> list[Any]:
     from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
 
     return [PoolTransfer(name=PoolName.KV, keys=list(page_keys), device_indices=indices)]
+
+
+def kv_swa(
+    page_keys: list[str], indices: torch.Tensor | None, window: list[str], swa_indices: torch.Tensor | None
+) -> list[Any]:
+    """The KV transfer and the SWA transfer of the trailing ``window``, as SGLang's SWA
+    component builds them (``TRAILING_PAGES``, slots of the SWA pool)."""
+    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+
+    swa = PoolTransfer(
+        name=PoolName.SWA,
+        keys=list(window),
+        device_indices=swa_indices,
+        hit_policy=PoolHitPolicy.TRAILING_PAGES,
+    )
+    return [*kv(page_keys, indices), swa]
 
 
 def offloaded(linker: Any, n: int, timeout: float = 20.0) -> list[bool]:
@@ -308,6 +363,36 @@ def check_mla_owner_rank_writes(env: LinkerEnv) -> None:
     assert rank1.lookup("m", kv(page_keys, None)) == [1, 2], "rank 1 does not see the owner's MLA pages"
 
 
+def check_swa_windows(env: LinkerEnv) -> None:
+    """An SWA model: a restorable length needs its trailing window's SWA pages, so
+    ``lookup`` is sparse; a load restores the full-attention and the SWA pages."""
+    model = f"org/sw-{uuid.uuid4().hex[:8]}"
+    swa = {"FULL", "SWA"}
+    src, dst = swa_pool(11), swa_pool()
+    writer = env.build(src, model, components=swa)
+    page_keys = keys(4)
+    # a node's offload: its 4 KV pages and the SWA pages of its last 2 (the window)
+    assert writer.offload(kv_swa(page_keys, slots(1, 4), page_keys[2:], slots(3, 2))) is True
+    assert offloaded(writer, 1) == [True], "an SWA model's offload reported failure"
+    reader = env.build(dst, model, components=swa)
+    got = reader.lookup("r", kv_swa(page_keys, None, page_keys[2:], None))
+    assert got == [4], (
+        f"lookup must follow the SWA window (TRAILING_PAGES): with SWA pages for pages 3-4 only, "
+        f"4 is the one restorable length; got {got}"
+    )
+    got = reader.lookup("r", kv_swa(page_keys[:3], None, page_keys[1:3], None))
+    assert got == [], f"a window without its SWA pages is not restorable (SWA window); got {got}"
+    assert reader.load("r", kv_swa(page_keys, slots(5, 4), page_keys[2:], slots(1, 2))) is True
+    index = reader.start_layer_wise_loading()
+    assert reader.finish_layer_wise_loading(index) is True, "an SWA model's stored pages did not load"
+    assert sub_pool_bytes(dst.full_kv_pool, slots(5, 4)) == sub_pool_bytes(src.full_kv_pool, slots(1, 4)), (
+        "the full-attention pages loaded other bytes"
+    )
+    assert sub_pool_bytes(dst.swa_kv_pool, slots(1, 2)) == sub_pool_bytes(src.swa_kv_pool, slots(3, 2)), (
+        "the SWA window's pages loaded other bytes"
+    )
+
+
 #: name -> check, in the order the suite runs them.
 CHECKS: dict[str, Callable[[LinkerEnv], None]] = {
     "lookup_lists_every_prefix": check_lookup_lists_every_prefix,
@@ -317,4 +402,5 @@ CHECKS: dict[str, Callable[[LinkerEnv], None]] = {
     "offloads_are_fifo_and_wait_for_events": check_offloads_are_fifo_and_wait_for_events,
     "reset_and_close": check_reset_and_close,
     "mla_owner_rank_writes": check_mla_owner_rank_writes,
+    "swa_windows": check_swa_windows,
 }

@@ -48,6 +48,14 @@ A call goes through these steps, outermost first:
    :meth:`close` unregisters every remembered region once running calls have drained, before
    the transport is closed. Staging buffers are registered when mapped.
 
+**Ranged reads** (:meth:`ResilientTransport.read_ranges`, and
+:meth:`~ResilientTransport.read_ranges_batch` for many objects in one call) are reads: the
+transfer deadline (within an enclosing scope), the transfer breaker, the same memory rules
+(step 4: staged by default, the ranges landing in SDK-owned staging and copied out only
+when the call answered in time, so an abandoned ranged read never writes into the caller's
+memory; quarantined slots when the SDK owns the memory; inline at a deadline of ``0``), and
+failures as misses; metrics op ``t_read_ranges`` (bytes count the ranges read).
+
 ``exists`` asks at most :data:`EXISTS_CHUNK` keys per transport call, one chunk after another
 on one worker: at the end the chunks answered so far stand and the rest are absent.
 """
@@ -65,7 +73,16 @@ from ..kit.batches import count_is
 from ..kit.cancel import CancelToken
 from ..kit.segments import copy_runs
 from ..metrics.backend import Metrics
-from ..transport import DeadlineScoped, Segments, SizedTransfer, Transport, is_io_error
+from ..transport import (
+    DeadlineScoped,
+    Range,
+    RangedReads,
+    Segments,
+    SizedTransfer,
+    Transport,
+    check_ranges,
+    is_io_error,
+)
 from .breaker import CircuitBreaker
 from .deadline import Call, DeadlineRunner
 from .inject import FailureInjector
@@ -107,7 +124,7 @@ class _Scope:
         self._local.end = self._prev
 
 
-class ResilientTransport(Transport, DeadlineScoped, SizedTransfer):
+class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
     """``inner`` with the policies ``policies`` (a :class:`~.policies.Resilience`, or a config
     with the shared keys, read by :meth:`Resilience.from_config`) around it; see the module
     docs. :func:`hicache_sdk.resilience.wrap_transport` builds one.
@@ -143,6 +160,7 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer):
         self._inner = inner
         self.capabilities = inner.capabilities  # type: ignore[misc]
         self.max_segments = inner.max_segments  # type: ignore[misc]
+        self.cheap_ranges = inner.cheap_ranges  # type: ignore[misc]
         self.failures = inner.failures
         self._io_errors = inner.io_error_types()
         self.io_errors = self._io_errors  # type: ignore[misc]
@@ -590,6 +608,129 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer):
 
     def _releaser(self, buf: StagingBuffer) -> Callable[[], None]:
         return lambda: self._staging.release(buf)
+
+    # -- Transport: ranged reads ---------------------------------------------------------
+
+    ranges_from_inner = True
+
+    def read_ranges(self, key: str, ranges: Sequence[Range]) -> bool:
+        """See :meth:`Transport.read_ranges`; a miss on refusal, failure, deadline or no
+        staging (module docs: *Ranged reads*)."""
+        return self.read_ranges_batch([key], [ranges])[0]
+
+    def read_ranges_batch(self, keys: Sequence[str], ranges: Sequence[Sequence[Range]]) -> list[bool]:
+        """``read_ranges(keys[i], ranges[i])`` for every ``i``, in one call under one
+        deadline (module docs: *Ranged reads*). ``ValueError`` for a malformed range,
+        before any I/O."""
+        if len(keys) != len(ranges):
+            raise ValueError(f"ranges: expected {len(keys)} entries (one per key), got {len(ranges)}")
+        checked = [check_ranges(r, f"ranges[{i}]") for i, r in enumerate(ranges)]
+        n = len(keys)
+        if n == 0:
+            return []
+        keys = list(keys)
+        t0 = time.perf_counter()
+        out = [False] * n
+        sizes = [sum(nb for _, nb, _ in c) for c in checked]
+        end = self._end("read")
+        if not self._admit(end):
+            self._record("t_read_ranges", t0, 0, 0, False)
+            return out
+        if self.policies.deadline.seconds("read") <= 0 or not self._owns:
+            ok = self._ranges_direct(keys, checked, out, end)
+        else:
+            ok = self._ranges_staged(keys, checked, sizes, out, end)
+        self._record("t_read_ranges", t0, sum(out), sum(s for s, o in zip(sizes, out) if o), ok)
+        return out
+
+    def _ranges_job(self, keys: list[str], ranges: Sequence[Sequence[Range]]) -> Callable[[], list[bool]]:
+        inner = self._inner
+
+        def job() -> list[bool]:
+            return [bool(inner.read_ranges(k, r)) for k, r in zip(keys, ranges)]
+
+        return job
+
+    def _ranges_direct(
+        self,
+        keys: list[str],
+        checked: list[list[tuple[int, int, Segments]]],
+        out: list[bool],
+        end: float | None,
+    ) -> bool:
+        """The caller's memory to the transport: inline, or (the SDK owns the memory) on a
+        worker with the segments quarantined until the I/O ends."""
+        ranges = [[(off, segs) for off, _, segs in c] for c in checked]
+        job = self._ranges_job(keys, ranges)
+        q = self._quarantine if self.policies.deadline.seconds("read") > 0 and not self._owns else None
+        if q is None:
+            status, got = self._call("read", job, end)
+        else:
+            held = [list(segs) for c in checked for _, _, segs in c]
+            q.hold(held)
+            try:
+                status, got = self._call("read", job, end, release=partial(q.release, held))
+            except BaseException:
+                q.release(held)
+                raise
+            if status != _ABANDONED:
+                q.release(held)
+        if status != _OK or got is None:
+            return False
+        out[:] = got
+        return True
+
+    def _ranges_staged(
+        self,
+        keys: list[str],
+        checked: list[list[tuple[int, int, Segments]]],
+        sizes: list[int],
+        out: list[bool],
+        end: float | None,
+    ) -> bool:
+        """Each object's ranges land in SDK-owned staging, chunk by chunk, and are copied
+        into the caller's segments only for the objects read in time."""
+        for a, b in self.policies.staging.chunks(sizes):
+            if self._expired("read", end):
+                return False
+            flat = [nb for c in checked[a:b] for _, nb, _ in c]
+            offs, need = Staging.slots(flat)
+            buf = self._staging.acquire(need)
+            if buf is None:
+                self._metrics.count("staging_exhausted")
+                self._metrics.error("staging_exhausted")
+                return False
+            starts = [buf.address + o for o in offs]
+            staged: list[list[Range]] = []
+            pos = 0
+            for c in checked[a:b]:
+                staged.append([(off, [(starts[pos + j], nb)]) for j, (off, nb, _) in enumerate(c)])
+                pos += len(c)
+            try:
+                status, got = self._call(
+                    "read", self._ranges_job(keys[a:b], staged), end, release=self._releaser(buf)
+                )
+            except BaseException:
+                self._staging.release(buf)
+                raise
+            if status == _ABANDONED:
+                return False  # staging is released by the late hook, when the I/O ends
+            try:
+                if status != _OK or got is None:
+                    return False
+                runs: list[tuple[int, int, int]] = []
+                pos = 0
+                for i, c in enumerate(checked[a:b]):
+                    if got[i]:
+                        runs += Staging.runs(False, starts[pos : pos + len(c)], [segs for _, _, segs in c])
+                    pos += len(c)
+                copy_runs(runs)
+                if runs:
+                    self._metrics.count("staging_copies_in", sum(got))
+                out[a:b] = got
+            finally:
+                self._staging.release(buf)
+        return True
 
     # -- Transport: the rest ---------------------------------------------------------------
 

@@ -647,3 +647,75 @@ def test_a_deadline_scope_bounds_every_call_inside_it() -> None:
     t.store["a"] = b"x" * 8
     assert w.read(["a"], [Buf(8).segs()]) == [True]  # outside the scope: its own deadline again
     w.close()
+
+
+# -- ranged reads -------------------------------------------------------------------------
+
+
+def test_ranged_reads_go_through_staging_and_answer_per_object() -> None:
+    from hicache_sdk.transport import RangedReads, has_read_ranges
+
+    t = MisbehavingTransport()
+    t.store["a"] = bytes(range(256)) * 4
+    t.store["b"] = b"\x07" * 100
+    w, m = make(t)
+    assert w.offers(RangedReads) is w and has_read_ranges(w) is has_read_ranges(t) is False
+    d1, d2, d3 = Buf(8, fill=1), Buf(16, fill=1), Buf(4, fill=1)
+    ranges = [(1020, [(d1.addr, 4), (d1.addr + 4, 0)]), (0, d2.segs(2))]
+    got = w.read_ranges_batch(["a", "b", "missing"], [ranges, [(96, d3.segs())], [(0, [])]])
+    assert got == [True, True, False]
+    assert d1.bytes()[:4] == bytes([252, 253, 254, 255]) and d1.bytes()[4:] == b"\x01" * 4
+    assert d2.bytes() == bytes(range(16)) and d3.bytes() == b"\x07" * 4
+    past = Buf(8, fill=9)
+    assert w.read_ranges("b", [(96, past.segs())]) is False  # past the end: a miss, untouched
+    assert past.bytes() == b"\x09" * 8
+    assert w.read_ranges("b", []) is True and w.read_ranges("missing", []) is False
+    caller = {d.addr for d in (d1, d2, d3, past)}
+    assert all(segs[0][0] not in caller for call in t.seen_buffers for segs in call if segs)
+    snap = m.snapshot()["ops"]["t_read_ranges"]
+    assert snap["calls"] == 4 and snap["bytes"] == 4 + 16 + 4
+    with pytest.raises(ValueError, match=r"ranges\[0\]\[0\]: offset"):
+        w.read_ranges_batch(["a"], [[(-1, d1.segs())]])
+    with pytest.raises(ValueError, match="one per key"):
+        w.read_ranges_batch(["a", "b"], [[]])
+    assert w.staging.in_use == 0
+    w.close()
+
+
+def test_late_ranged_read_never_touches_caller_memory_and_counts_for_the_breaker() -> None:
+    t = MisbehavingTransport()
+    t.store["k"] = b"\xaa" * 4096
+    gate = t.gate["read"] = threading.Event()
+    w, m = make(t, Cfg(transfer_timeout_s=0.05, breaker_failures=1, breaker_reset_s=60))
+    dst = Buf(64, fill=0x5C)
+    t0 = time.monotonic()
+    assert w.read_ranges("k", [(100, dst.segs(2))]) is False
+    assert time.monotonic() - t0 < 0.05 + SLACK
+    assert m.counter("deadline_read") == 1 and m.counter("abandoned_reads") == 1
+    assert w.staging.in_use > 0  # the abandoned ranged read still owns its staging
+    assert w.breaker.state == "open"
+    assert w.read_ranges("k", [(0, dst.segs())]) is False  # refused at once: breaker open
+    assert m.snapshot()["errors"].get("breaker_open", 0) >= 1
+    gate.set()
+    assert t.finished["read"].wait(5)  # the slow read has now landed... in staging
+    assert wait_for(lambda: m.counter("late_completions") == 1)
+    assert dst.bytes() == b"\x5c" * 64
+    assert wait_for(lambda: w.staging.in_use == 0)
+    w.close()
+
+
+def test_ranged_reads_inline_at_zero_deadline_and_quarantined_when_the_sdk_owns_memory() -> None:
+    t = MisbehavingTransport()
+    t.store["k"] = b"r" * 64
+    w, _ = make(t, Cfg(transfer_timeout_s=0))
+    dst = Buf(8)
+    assert w.read_ranges("k", [(8, dst.segs())]) is True and dst.bytes() == b"r" * 8
+    assert t.threads[-1] == threading.current_thread().name  # inline
+    w.close()
+    q = FakeQuarantine()
+    w, _ = make(t, Cfg(transfer_timeout_s=0.05), caller_owns_memory=False, quarantine=q)
+    t.delay["read"] = 0.3
+    assert w.read_ranges("k", [(0, dst.segs()), (8, dst.segs())]) is False
+    assert q.events == [("hold", 2)]  # held: the abandoned read may still write there
+    assert wait_for(lambda: q.events[-1] == ("release", 2))
+    w.close()

@@ -41,6 +41,43 @@ def device_pool(kind: str = "mha", seed: int | None = None) -> Any:
     return pool
 
 
+#: The SWA model of :func:`swa_pool`: its global layers, full attention and sliding window.
+SWA_FULL_LAYERS, SWA_LAYERS = [0, 2], [1]
+SWA_DEVICE_TOKENS = 32
+
+
+def swa_pool(seed: int | None = None) -> Any:
+    """A real SGLang ``SWAKVPool`` on CPU (two MHA sub-pools: full attention on layers 0
+    and 2, a sliding window on layer 1), filled from ``seed`` (else zero)."""
+    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+    pool = SWAKVPool(
+        size=DEVICE_TOKENS,
+        size_swa=SWA_DEVICE_TOKENS,
+        page_size=PAGE_SIZE,
+        dtype=DTYPE,
+        head_num=HEADS,
+        head_dim=HEAD_DIM,
+        swa_attention_layer_ids=SWA_LAYERS,
+        full_attention_layer_ids=SWA_FULL_LAYERS,
+        device="cpu",
+    )
+    gen = torch.Generator().manual_seed(seed or 0)
+    for sub in (pool.full_kv_pool, pool.swa_kv_pool):
+        for b in [*sub.k_buffer, *sub.v_buffer]:
+            raw = b.view(torch.uint8)
+            if seed is None:
+                raw.zero_()
+            else:
+                raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+    return pool
+
+
+def sub_pool_bytes(sub: Any, slots: torch.Tensor) -> list[bytes]:
+    """Every layer's bytes of ``slots`` in one MHA sub-pool (K then V per layer)."""
+    return [layer_bytes(sub, layer, slots) for layer in range(len(sub.k_buffer))]
+
+
 def layer_bytes(pool: Any, layer: int, slots: torch.Tensor) -> bytes:
     """The bytes of ``slots`` in one layer of a device pool (K then V for MHA)."""
     bufs = (
@@ -107,3 +144,21 @@ def slots(first_page: int, n_pages: int) -> torch.Tensor:
 
 def transfer(keys: list[str], indices: torch.Tensor | None) -> list[Any]:
     return [PoolTransfer(name=PoolName.KV, keys=list(keys), device_indices=indices)]
+
+
+def swa_transfers(
+    keys: list[str], indices: torch.Tensor | None, window: list[str], swa_indices: torch.Tensor | None
+) -> list[Any]:
+    """The KV transfer and the SWA transfer of the trailing window, as SGLang's SWA
+    component builds them (``TRAILING_PAGES``; its slots are the SWA pool's)."""
+    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy
+
+    return [
+        *transfer(keys, indices),
+        PoolTransfer(
+            name=PoolName.SWA,
+            keys=list(window),
+            device_indices=swa_indices,
+            hit_policy=PoolHitPolicy.TRAILING_PAGES,
+        ),
+    ]

@@ -73,6 +73,17 @@ def test_view_segments_and_layer_ranges() -> None:
         view.get_page_buffer_meta(torch.arange(1, 5))
     with pytest.raises(ConfigError, match="neither a plain MHA pool"):
         DeviceKVView(SimpleNamespace(kv_buffer=[torch.zeros(8, 1, 4)], dtype=torch.float32), PAGE)
+    scaled = _mha()
+    scaled.k_scale_buffer = [torch.zeros(32, 1)]
+    with pytest.raises(ConfigError, match="holds buffers beside its per-layer KV \\(k_scale_buffer"):
+        DeviceKVView(scaled, PAGE)
+    dsa = SimpleNamespace(
+        kv_buffer=[torch.zeros(8, 1, 4)], kv_lora_rank=2, index_k_with_scale_buffer=[torch.zeros(2, 8)]
+    )
+    with pytest.raises(
+        ConfigError, match="index_k_with_scale_buffer: a scaled or quantized KV cache, or a DSA"
+    ):
+        DeviceKVView(dsa, PAGE)
 
 
 def test_staging_ring_round_trip() -> None:

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import shlex
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -169,7 +170,11 @@ def test_factory_refusals(tmp_path: Path) -> None:
     """Misconfiguration fails at construction, with the reason (the file backend only)."""
     pool = device_pool("mha")
     good = linker_config("file", {"root": str(tmp_path)})
-    with pytest.raises(ConfigError, match="unsupported components: \\['SWA'\\]"):
+    with pytest.raises(ConfigError, match="unsupported components: \\['MAMBA'\\]"):
+        build(pool, good, model="m", components={ComponentType.FULL, ComponentType.MAMBA})
+    with pytest.raises(
+        ConfigError, match="needs an SWA pool with full_kv_pool and swa_kv_pool, got MHATokenToKVPool"
+    ):
         build(pool, good, model="m", components={ComponentType.FULL, ComponentType.SWA})
     with pytest.raises(ConfigError, match="unknown keys \\['bogus'\\]"):
         build(pool, linker_config("file", {}, bogus=1), model="m")
@@ -334,3 +339,225 @@ def test_staging_ring_moves_the_same_pages(make: Make) -> None:
     assert reader.finish_layer_wise_loading(index) is True
     assert reader.load("m", transfer([keys[0], page_keys(1)[0]], slots(9, 2))) is True
     assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is False
+
+
+def test_stalled_ranged_reads_fail_the_layer_within_the_deadline(tmp_path: Path) -> None:
+    """Layer-by-layer loads run under the resilience layer's deadline: against a file store
+    whose ranged reads stall after layer 0, layer 0 lands, the next layer fails within the
+    transfer deadline, ``finish`` is ``False`` and nothing raises; the stalled reads, once
+    they go on, land in SDK-owned staging, never in the device pool."""
+    from sglang_stalled_file import STALL
+
+    cfg = {"root": str(tmp_path), "transfer_timeout_s": 0.3}
+    config = linker_config("sglang_stalled_file:StalledFileStorage", cfg)
+    model = f"org/stall-{uuid.uuid4().hex[:8]}"
+    src, dst = device_pool("mha", seed=41), device_pool("mha")
+    writer, reader = build(src, config, model=model), build(dst, config, model=model)
+    try:
+        assert reader._ranged is not None
+        keys = page_keys(3)
+        assert writer.offload(transfer(keys, slots(1, 3))) is True
+        assert wait_offloads(writer, 1) == [True]
+        rslots = slots(6, 3)
+        blank = all_bytes(dst, rslots)
+        STALL.calls, STALL.after = 0, 3  # layer 0 of the 3 pages reads; layer 1 stalls
+        assert reader.load("s", transfer(keys, rslots)) is True
+        t0 = time.monotonic()
+        index = reader.start_layer_wise_loading()
+        counter = reader.layer_done_counter
+        counter.set_consumer(index)
+        counter.wait_until(0)
+        assert layer_bytes(dst, 0, rslots) == layer_bytes(src, 0, slots(1, 3))
+        counter.wait_until(LAYERS - 1)
+        assert reader.finish_layer_wise_loading(index) is False
+        assert time.monotonic() - t0 < 0.3 + 2.0  # the deadline, with slack for a busy machine
+        assert STALL.stalled.is_set() and not STALL.landed.is_set()
+        STALL.thaw.set()
+        assert STALL.landed.wait(10)
+        time.sleep(0.05)
+        assert all_bytes(dst, rslots)[1:] == blank[1:]  # no late write into layers 1..
+        stats = reader.store.metrics.snapshot()
+        assert stats["counters"]["abandoned_reads"] >= 1
+        STALL.after = None
+        # the breaker has not opened on one abandoned call: the next load lands whole
+        assert reader.load("t", transfer(keys, slots(12, 3))) is True
+        assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
+        assert all_bytes(dst, slots(12, 3)) == all_bytes(src, slots(1, 3))
+    finally:
+        STALL.after = None
+        STALL.thaw.set()
+        writer.close()
+        reader.close()
+
+
+def test_swa_model_windows_lookup_load_and_offload(tmp_path: Path) -> None:
+    """An SWA model (SGLang's ``SWAKVPool``; SGLang's own view builder refuses it): the
+    full-attention pages and the SWA window's pages are both stored; ``lookup`` is sparse
+    (a length needs its trailing window's SWA pages); a load restores both pools; a
+    missing SWA page fails the batch."""
+    from sglang_linker_stand import SWA_FULL_LAYERS, SWA_LAYERS, sub_pool_bytes, swa_pool, swa_transfers
+
+    cfg = {"root": str(tmp_path)}
+    model = f"org/swa-{uuid.uuid4().hex[:8]}"
+    components = {ComponentType.FULL, ComponentType.SWA}
+    src, dst = swa_pool(seed=51), swa_pool()
+    writer = build(src, linker_config("file", cfg), model=model, components=components)
+    reader = build(dst, linker_config("file", cfg), model=model, components=components)
+    try:
+        assert set(map(str, reader.pools)) == {str(p) for p in writer.pools} and len(reader.pools) == 2
+        assert reader.num_layers == len(SWA_FULL_LAYERS) + len(SWA_LAYERS) and reader._ranged is None
+        keys = page_keys(4)
+        # the node's offload: all 4 KV pages, the SWA pages of its last 2 (the window)
+        assert writer.offload(swa_transfers(keys, slots(1, 4), keys[2:], slots(3, 2))) is True
+        assert wait_offloads(writer, 1) == [True]
+        # SGLang's SWA lookup sends the tail's trailing window (here 2 pages)
+        assert reader.lookup("r", swa_transfers(keys, None, keys[2:], None)) == [4]
+        assert reader.lookup("r", swa_transfers(keys[:3], None, keys[1:3], None)) == []
+        assert reader.lookup("r", transfer(keys, None)) == [1, 2, 3, 4]  # KV alone: every length
+
+        full_blank = sub_pool_bytes(dst.full_kv_pool, slots(5, 4))
+        assert reader.load("r", swa_transfers(keys, slots(5, 4), keys[2:], slots(1, 2))) is True
+        assert sub_pool_bytes(dst.full_kv_pool, slots(5, 4)) == full_blank  # only queued
+        index = reader.start_layer_wise_loading()
+        reader.layer_done_counter.set_consumer(index)
+        reader.layer_done_counter.wait_until(reader.num_layers - 1)
+        assert reader.finish_layer_wise_loading(index) is True
+        assert sub_pool_bytes(dst.full_kv_pool, slots(5, 4)) == sub_pool_bytes(src.full_kv_pool, slots(1, 4))
+        assert sub_pool_bytes(dst.swa_kv_pool, slots(1, 2)) == sub_pool_bytes(src.swa_kv_pool, slots(3, 2))
+
+        # a window whose SWA pages are not stored: the batch fails, nothing raises
+        assert reader.load("m", swa_transfers(keys[:2], slots(10, 2), keys[:2], slots(4, 2))) is True
+        assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is False
+        with pytest.raises(ValueError, match="swa device_indices"):
+            reader.load("x", swa_transfers(keys, slots(5, 4), keys[2:], slots(8, 2)))  # past the SWA pool
+
+        # through the host staging rings (one per pool; what CUDA pools use), a ring smaller
+        # than the batch
+        ringed_dst = swa_pool()
+        ringed = build(
+            ringed_dst,
+            linker_config("file", cfg, staging=True, staging_pages=1),
+            model=model,
+            components=components,
+        )
+        try:
+            assert ringed.ring is not None and ringed.swa_ring is not None
+            assert ringed.load("g", swa_transfers(keys, slots(2, 4), keys[2:], slots(5, 2))) is True
+            assert ringed.finish_layer_wise_loading(ringed.start_layer_wise_loading()) is True
+            assert sub_pool_bytes(ringed_dst.full_kv_pool, slots(2, 4)) == sub_pool_bytes(
+                src.full_kv_pool, slots(1, 4)
+            )
+            assert sub_pool_bytes(ringed_dst.swa_kv_pool, slots(5, 2)) == sub_pool_bytes(
+                src.swa_kv_pool, slots(3, 2)
+            )
+            other = page_keys(2)
+            assert ringed.offload(swa_transfers(other, slots(2, 2), other[1:], slots(5, 1))) is True
+            assert wait_offloads(ringed, 1) == [True]
+            assert reader.lookup("o", swa_transfers(other, None, other[1:], None)) == [2]
+        finally:
+            ringed.close()
+        with pytest.raises(ConfigError, match="an SWA model loads its pools page by page"):
+            build(
+                swa_pool(), linker_config("file", cfg, ranged_reads=True), model=model, components=components
+            )
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_swa_linker_pages_are_hicache_pages(tmp_path: Path) -> None:
+    """An SWA model's pages offloaded by the linker are hits for the HiCache path with
+    ``layer_first`` host pools (the KV host pool over the full-attention layers, the SWA
+    host pool over the sliding-window layers, as SGLang 0.5.23 builds them), both pools'
+    bytes included; and the reverse."""
+    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+    from sglang_linker_stand import SWA_FULL_LAYERS, SWA_LAYERS, swa_pool, swa_transfers
+    from sglang_pools import mha_pool
+
+    cfg = {"root": str(tmp_path)}
+    model = f"org/swa-both-{uuid.uuid4().hex[:8]}"
+    host_kv, host_swa = (
+        mha_pool("layer_first", layers=len(SWA_FULL_LAYERS)),
+        mha_pool("layer_first", layers=1),
+    )
+    bridge = _bridge("file", cfg, model, host_kv)
+    bridge.register_mem_host_pool_v2(host_swa, PoolName.SWA)
+    src = swa_pool(seed=61)
+    linker = build(
+        src, linker_config("file", cfg), model=model, components={ComponentType.FULL, ComponentType.SWA}
+    )
+    try:
+        assert len(SWA_LAYERS) == 1
+        keys = page_keys(3)
+        assert linker.offload(swa_transfers(keys, slots(1, 3), keys[1:], slots(2, 2))) is True
+        assert wait_offloads(linker, 1) == [True]
+        window = PoolTransfer(name=PoolName.SWA, keys=keys[1:], hit_policy=PoolHitPolicy.TRAILING_PAGES)
+        assert list(bridge.batch_exists_v2(keys, [window]).restorable_prefix_pages) == [3]
+        kv_slots, swa_slots = host_kv.alloc(3 * host_kv.page_size), host_swa.alloc(2 * host_swa.page_size)
+        got = bridge.batch_get_v2(
+            [
+                PoolTransfer(name=PoolName.KV, keys=keys, host_indices=kv_slots),
+                PoolTransfer(
+                    name=PoolName.SWA,
+                    keys=keys[1:],
+                    host_indices=swa_slots,
+                    hit_policy=PoolHitPolicy.TRAILING_PAGES,
+                ),
+            ]
+        )
+        assert [ok for oks in got.values() for ok in oks] == [True] * 5
+
+        def flat(sub: Any, page: int) -> bytes:
+            rows = slots(page, 1)
+            k = [bytes(b[rows].contiguous().view(torch.uint8).numpy()) for b in sub.k_buffer]
+            v = [bytes(b[rows].contiguous().view(torch.uint8).numpy()) for b in sub.v_buffer]
+            return b"".join(k) + b"".join(v)
+
+        def host_flat(host: Any, start: int) -> bytes:
+            return bytes(host.get_data_page(start, flat=True).contiguous().view(torch.uint8).numpy())
+
+        for i in range(3):
+            assert host_flat(host_kv, int(kv_slots[i * host_kv.page_size])) == flat(src.full_kv_pool, 1 + i)
+        for i in range(2):
+            assert host_flat(host_swa, int(swa_slots[i * host_swa.page_size])) == flat(src.swa_kv_pool, 2 + i)
+
+        # the reverse: the HiCache path writes both pools, the linker restores them
+        back = page_keys(3, "back")
+        gen = torch.Generator().manual_seed(62)
+        for host in (host_kv, host_swa):
+            for buf in host.kv_buffer if isinstance(host.kv_buffer, list) else [host.kv_buffer]:
+                raw = buf.view(torch.uint8)
+                raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+        put = bridge.batch_set_v2(
+            [
+                PoolTransfer(name=PoolName.KV, keys=back, host_indices=kv_slots),
+                PoolTransfer(
+                    name=PoolName.SWA,
+                    keys=back[1:],
+                    host_indices=swa_slots,
+                    hit_policy=PoolHitPolicy.TRAILING_PAGES,
+                ),
+            ]
+        )
+        assert [ok for oks in put.values() for ok in oks] == [True] * 5
+        assert linker.lookup("b", swa_transfers(back, None, back[1:], None)) == [3]
+        dst = swa_pool()
+        reader = build(
+            dst, linker_config("file", cfg), model=model, components={ComponentType.FULL, ComponentType.SWA}
+        )
+        try:
+            assert reader.load("b", swa_transfers(back, slots(4, 3), back[1:], slots(1, 2))) is True
+            assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
+            for i in range(3):
+                assert flat(dst.full_kv_pool, 4 + i) == host_flat(
+                    host_kv, int(kv_slots[i * host_kv.page_size])
+                )
+            for i in range(2):
+                assert flat(dst.swa_kv_pool, 1 + i) == host_flat(
+                    host_swa, int(swa_slots[i * host_swa.page_size])
+                )
+        finally:
+            reader.close()
+    finally:
+        linker.close()
+        bridge.close()

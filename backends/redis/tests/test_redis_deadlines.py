@@ -139,3 +139,24 @@ def test_construction_and_the_first_call_after_it(pool: MHAHostPool) -> None:
         if s is not None:
             s.close()
         srv.close()
+
+
+def test_a_ranged_read_ends_at_the_deadline_and_never_lands_late(
+    frozen: tuple[RedisServer, RedisStorage],
+) -> None:
+    """``read_ranges`` through the resilience layer (what the SGLang linker uses to load
+    layer by layer): against the frozen server it is a miss within the transfer deadline;
+    when the server answers late, the bytes land in staging, never in the caller's memory."""
+    srv, s = frozen
+    objs, _ = s._page_objects_nomem(s._require_kv("test"), KEYS[:1])
+    buf = torch.full((4096,), 0x5C, dtype=torch.uint8)
+    ranges = [(0, [(buf.data_ptr(), 2048)]), (8192, [(buf.data_ptr() + 2048, 2048)])]
+    took, got = _timed(lambda: s.transport.read_ranges(objs[0].name, ranges), TRANSFER_S)
+    assert got is False and took <= TRANSFER_S + SLACK_S, took
+    assert srv.proc is not None
+    os.kill(srv.proc.pid, signal.SIGCONT)
+    end = time.monotonic() + 10
+    while s.metrics.counter("late_completions") == 0 and time.monotonic() < end:
+        time.sleep(0.01)
+    assert s.metrics.counter("late_completions") >= 1
+    assert bool((buf == 0x5C).all()), "a late ranged read wrote into the caller's memory"

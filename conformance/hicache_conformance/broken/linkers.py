@@ -16,10 +16,10 @@ __all__ = ["BROKEN_LINKERS"]
 class CompletesLayersEarly(TransportLinker):
     """Marks every layer complete, then reads the pages."""
 
-    def _load_batch(self, index: int, batches: list[Any], ready: Any) -> None:
+    def _load_batch(self, index: int, loads: list[Any], ready: Any) -> None:
         for layer in range(self.num_layers):
             self.layer_done_counter.complete(index, layer)
-        self.store.batch_get_v2([self._transfer(batches)])
+        self.store.batch_get_v2([self._transfer([load["kv"] for load in loads])])
 
 
 class RaisesFromFinish(TransportLinker):
@@ -35,9 +35,9 @@ class WritesBeforeStart(TransportLinker):
     """Reads the pages into the device pool as soon as ``load`` is called."""
 
     def load(self, rid: str, transfers: list[Any]) -> bool:
-        batch = self._kv_batch(transfers, "load")
+        batch = self._batches(transfers, "load")
         if batch is not None:
-            self.store.batch_get_v2([self._transfer([batch])])
+            self.store.batch_get_v2([self._transfer([batch["kv"]])])
         return super().load(rid, transfers)
 
 
@@ -76,6 +76,13 @@ class LongestPrefixOnly(TransportLinker):
         return found[-1:]
 
 
+class IgnoresSwaWindow(TransportLinker):
+    """Answers ``lookup`` from the KV pages alone, ignoring the SWA window."""
+
+    def lookup(self, rid: str, transfers: list[Any]) -> list[int]:
+        return super().lookup(rid, [t for t in transfers if str(getattr(t.name, "value", t.name)) == "kv"])
+
+
 #: class name -> (class, the check it must fail, a fragment of the failure's reason)
 BROKEN_LINKERS: dict[str, tuple[type[TransportLinker], str, str]] = {
     "CompletesLayersEarly": (
@@ -92,4 +99,5 @@ BROKEN_LINKERS: dict[str, tuple[type[TransportLinker], str, str]] = {
     "PopsNewestOffload": (PopsNewestOffload, "offloads_are_fifo_and_wait_for_events", "first-in, first-out"),
     "EveryMlaRankWrites": (EveryMlaRankWrites, "mla_owner_rank_writes", "non-owner rank wrote"),
     "LongestPrefixOnly": (LongestPrefixOnly, "lookup_lists_every_prefix", "every restorable prefix"),
+    "IgnoresSwaWindow": (IgnoresSwaWindow, "swa_windows", "SWA window"),
 }

@@ -12,19 +12,23 @@ layer ``l`` has landed. Integrity holds as for whole reads:
 * the payload checksum, when the page carries one, is checked once the last layer has
   landed, before that layer completes, so a mismatch makes ``finish`` return ``False``.
 
-The ranged reads go to the backend's raw transport: the resilience layer's deadlines and
-breaker wrap whole reads only, so a linker that needs them turns ranged reads off
-(``"ranged_reads": false``).
+The ranged reads go through the backend's resilience layer (its
+:class:`~hicache_sdk.transport.RangedReads`): one call per layer for every page of the
+batch, all under one transfer deadline for the whole batch (as one whole read of the
+batch would be), the transfer breaker, and staging (a read the deadline abandons lands in
+SDK-owned memory, never in the device pool). A refused, failed or abandoned layer fails
+the batch: ``finish_layer_wise_loading`` returns ``False``, nothing raises.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from collections.abc import Sequence
 from typing import Any
 
 from ...paged.header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
-from ...transport import Segment, Transport, has_read_ranges
+from ...transport import DeadlineScoped, Range, RangedReads, Segment, Transport, has_read_ranges
 from .view import DeviceKVView, layer_ranges
 
 __all__ = ["RangedLoader", "ranged_reads_usable"]
@@ -32,11 +36,16 @@ __all__ = ["RangedLoader", "ranged_reads_usable"]
 
 def ranged_reads_usable(store: Any) -> bool:
     """Whether ``store`` (a ``PagedStorage``) serves layer-by-layer loads: a raw transport
-    with cheap native ranged reads, and a key scheme with one trailered object per page."""
+    with cheap native ranged reads, reached through a transport that reads ranges of many
+    objects under one deadline (the resilience layer), and a key scheme with one trailered
+    object per page."""
     raw = getattr(store, "raw_transport", None)
+    wrapped = getattr(store, "transport", None)
     scheme = getattr(store, "scheme", None)
     return (
         isinstance(raw, Transport)
+        and isinstance(wrapped, Transport)
+        and wrapped.offers(RangedReads) is not None
         and has_read_ranges(raw)
         and bool(raw.cheap_ranges)
         and bool(getattr(scheme, "has_header", False))
@@ -61,7 +70,12 @@ class RangedLoader:
     """Loads a batch layer by layer (see the module docs)."""
 
     def __init__(self, store: Any, view: DeviceKVView) -> None:
-        self.transport: Transport = store.raw_transport
+        wrapped: Transport = store.transport
+        ranged = wrapped.offers(RangedReads)
+        if ranged is None:
+            raise ValueError(f"{type(wrapped).__name__} does not read ranges of many objects at once")
+        self.ranged: RangedReads = ranged
+        self.scoped = wrapped.offers(DeadlineScoped)
         self.store = store
         self.view = view
         self.layers = layer_ranges(view)
@@ -84,15 +98,25 @@ class RangedLoader:
         completing each layer on ``counter`` (batch ``index``) once it has landed. Raises
         on the first failure (the caller fails the batch)."""
         pages = self._pages(keys, starts)
+        scope = self.scoped.deadline_scope("read") if self.scoped is not None else contextlib.nullcontext()
+        with scope:
+            self._load(counter, index, pages)
+
+    def _load(self, counter: Any, index: int, pages: list[_Page]) -> None:
         last = len(self.layers) - 1
+        names = [page.name for page in pages]
         headers: list[PageHeader] = []
         for layer, spans in enumerate(self.layers):
-            for i, page in enumerate(pages):
-                ranges = [(off, [page.by_offset[off]]) for off, _ in spans]
+            batch: list[list[Range]] = []
+            for page in pages:
+                ranges: list[Range] = [(off, [page.by_offset[off]]) for off, _ in spans]
                 if layer == 0:
                     ranges.append((page.obj.payload_len, [(ctypes.addressof(page.trailer), TRAILER_SIZE)]))
-                if not self.transport.read_ranges(page.name, ranges):
-                    raise OSError(f"page {i}: layer {layer} did not read")
+                batch.append(ranges)
+            got = self.ranged.read_ranges_batch(names, batch)
+            if not all(got):
+                raise OSError(f"page {got.index(False)}: layer {layer} did not read")
+            for i, page in enumerate(pages):
                 if layer == 0:
                     try:
                         header = PageHeader.decode(bytes(page.trailer))

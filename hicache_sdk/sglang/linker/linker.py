@@ -33,10 +33,17 @@ pages are written by TP rank 0 only (``offload`` on another rank stores nothing 
 reports success, as SGLang's Mooncake linker does); ``reset`` waits for every queued load
 and offload and drops queued loads and unconsumed results; ``close`` is idempotent.
 
-Scope: plain MHA and MLA models (the ``FULL`` component). Other components (SWA, Mamba,
-...) are refused at construction with a ``ConfigError`` naming them. CPU device pools are
-read and written in place; other device pools (CUDA) go through the host staging ring
-(:mod:`.staging`).
+Scope: plain MHA and MLA models (the ``FULL`` component), and SWA models (``FULL`` and
+``SWA``: an ``SWAKVPool`` whose full and SWA sub-pools are plain MHA or MLA pools). SGLang's
+own view builder refuses both kinds, so the views are built from the pools' public buffers.
+For an SWA model the backend holds two pools, ``kv`` (every page of the full-attention
+layers) and ``swa`` (the SWA layers' pages of the trailing window, SGLang's
+``TRAILING_PAGES`` rule): ``lookup`` is the same ``batch_exists_v2`` fold over both, so its
+set of restorable lengths is sparse (a length needs its window's SWA pages); a load reads
+both pools' pages whole and then completes every layer; an offload stores both pools'
+pages, atomically as one result. Other components (Mamba, ...) are refused at construction
+with a ``ConfigError`` naming them. CPU device pools are read and written in place; other
+device pools (CUDA) go through a host staging ring per pool (:mod:`.staging`).
 """
 
 from __future__ import annotations
@@ -75,6 +82,9 @@ __all__ = ["LinkerLoadError", "TransportLinker"]
 log = logging.getLogger(__name__)
 
 _KV = PoolName.KV.value
+_SWA = PoolName.SWA.value
+#: The components TransportLinker serves (SGLang's ``ComponentType`` names).
+SUPPORTED_COMPONENTS = ("FULL", "SWA")
 
 
 class LinkerLoadError(RuntimeError):
@@ -87,7 +97,7 @@ def _component_names(components: Any) -> list[str]:
 
 
 class _Batch:
-    """One queued transfer of the KV pool: page keys and their device slots."""
+    """One queued transfer of one pool: page keys and their device slots."""
 
     __slots__ = ("keys", "indices")
 
@@ -111,28 +121,51 @@ class TransportLinker(_Base):
         self.forward_stream = forward_stream
         self.settings = LinkerSettings.from_mapping(extra_config)
         names = _component_names(components)
-        unsupported = [n for n in names if n != "FULL"]
+        unsupported = [n for n in names if n not in SUPPORTED_COMPONENTS]
         if unsupported:
             raise ConfigError(
-                f"TransportLinker serves the FULL component (plain MHA and MLA models); "
-                f"unsupported components: {unsupported}"
+                "TransportLinker serves the FULL component (plain MHA and MLA models) and FULL + SWA "
+                f"(SWA models); unsupported components: {unsupported}"
             )
         self.page_size = int(params.page_size)
         kvcache = params.token_to_kv_pool_allocator.get_kvcache()
-        self.view = DeviceKVView(kvcache, self.page_size)
+        self.swa_view: DeviceKVView | None = None
+        if "SWA" in names:
+            full, swa = self._swa_pools(kvcache)
+            self.view = DeviceKVView(full, self.page_size)
+            self.swa_view = DeviceKVView(swa, self.page_size, kind="swa")
+            self.num_layers = int(kvcache.layer_num)
+        else:
+            if hasattr(kvcache, "swa_kv_pool"):
+                raise ConfigError(
+                    f"{type(kvcache).__name__} holds an SWA pool, but the linker was built without "
+                    "the SWA component"
+                )
+            self.view = DeviceKVView(kvcache, self.page_size)
+            self.num_layers = self.view.layer_num
         self.ring = self._staging_ring(kvcache, self.view)
-        self.num_layers = self.view.layer_num
+        self.swa_ring = (
+            self._staging_ring(kvcache, self.swa_view, PoolName.SWA) if self.swa_view is not None else None
+        )
+        self._views: dict[str, DeviceKVView] = {_KV: self.view}
+        if self.swa_view is not None:
+            self._views[_SWA] = self.swa_view
         self.tp_rank, self.tp_size = rank_of(self.settings, server_args, params)
         self.mla = self.view.hicache_pool_kind == "mla"
         self.offload_owner = not self.mla or self.tp_rank == 0
         self.store = self._build_store(server_args, params)
-        self._ranged = self._ranged_loader() if self.ring is None else None
-        self.pools = {PoolName.KV: self.view}
+        if self.swa_view is not None and self.settings.ranged_reads:
+            self.store.close()
+            raise ConfigError("ranged_reads: an SWA model loads its pools page by page, not layer by layer")
+        self._ranged = self._ranged_loader() if self.ring is None and self.swa_view is None else None
+        self.pools: dict[Any, DeviceKVView] = {PoolName.KV: self.view}
+        if self.swa_view is not None:
+            self.pools[PoolName.SWA] = self.swa_view
         self.layer_done_counter = LayerWiseLoadCounter(self.num_layers)
-        self._pending: dict[str, _Batch] = {}
+        self._pending: dict[str, dict[str, _Batch]] = {}
         self._lock = threading.Lock()
-        self._loads: queue.Queue[tuple[int, list[_Batch], Any] | None] = queue.Queue()
-        self._offloads: queue.Queue[tuple[_Batch, list[Any], Optional[str]] | None] = queue.Queue()
+        self._loads: queue.Queue[tuple[int, list[dict[str, _Batch]], Any] | None] = queue.Queue()
+        self._offloads: queue.Queue[tuple[dict[str, _Batch], list[Any], Optional[str]] | None] = queue.Queue()
         self._results: queue.Queue[bool] = queue.Queue()
         self._closed = False
         self._load_thread = threading.Thread(target=self._load_loop, daemon=True, name="hicache-linker-load")
@@ -143,7 +176,23 @@ class TransportLinker(_Base):
         self._offload_thread.start()
 
     # -- construction ------------------------------------------------------------------------
-    def _staging_ring(self, kvcache: Any, view: DeviceKVView) -> StagingRing | None:
+    @staticmethod
+    def _swa_pools(kvcache: Any) -> tuple[Any, Any]:
+        """The full and SWA sub-pools of an SWA model's ``SWAKVPool``; ``ConfigError`` for
+        any other pool (a hybrid pool SGLang's own builder serves, or none)."""
+        name = type(kvcache).__name__
+        full, swa = getattr(kvcache, "full_kv_pool", None), getattr(kvcache, "swa_kv_pool", None)
+        if full is None or swa is None:
+            raise ConfigError(
+                f"the SWA component needs an SWA pool with full_kv_pool and swa_kv_pool, got {name}"
+            )
+        mapping = getattr(kvcache, "layers_mapping", None)
+        layer_num = getattr(kvcache, "layer_num", None)
+        if not isinstance(mapping, dict) or not isinstance(layer_num, int) or len(mapping) != layer_num:
+            raise ConfigError(f"{name}: no layers_mapping covering its {layer_num!r} layers")
+        return full, swa
+
+    def _staging_ring(self, kvcache: Any, view: DeviceKVView, name: Any = PoolName.KV) -> StagingRing | None:
         """The host staging ring when pages must go through host memory: always for a
         pool a transport cannot address (not on the CPU), or when ``staging`` asks."""
         wanted = self.settings.staging
@@ -153,7 +202,7 @@ class TransportLinker(_Base):
                 "reads and writes host memory only"
             )
         if wanted or (wanted is None and not view.is_cpu):
-            return StagingRing(kvcache, view, self.settings.staging_pages)
+            return StagingRing(kvcache, view, self.settings.staging_pages, name)
         return None
 
     def _build_store(self, server_args: Any, params: Any) -> Any:
@@ -177,6 +226,9 @@ class TransportLinker(_Base):
         try:
             store.register_mem_pool_host(host_view)
             store.register_mem_host_pool_v2(host_view, PoolName.KV)
+            if self.swa_view is not None:
+                swa_host = self.swa_ring.mirror if self.swa_ring is not None else self.swa_view
+                store.register_mem_host_pool_v2(swa_host, PoolName.SWA)
         except BaseException:
             store.close()
             raise
@@ -197,29 +249,43 @@ class TransportLinker(_Base):
         return None
 
     # -- arguments ---------------------------------------------------------------------------
-    def _kv_batch(self, transfers: Sequence[Any], op: str) -> _Batch | None:
-        """The KV transfer's keys and device slots (``None`` when it has no keys);
-        ``ValueError`` naming what is wrong."""
+    def _batches(self, transfers: Sequence[Any], op: str) -> dict[str, _Batch] | None:
+        """Each pool's keys and device slots, the KV pool first (``None`` when the KV
+        transfer has no keys); ``ValueError`` naming what is wrong."""
         if not isinstance(transfers, (list, tuple)):
             raise ValueError(
                 f"{op}: transfers must be a list of PoolTransfer, got {type(transfers).__name__}"
             )
-        kv = [t for t in transfers if pool_name_str(getattr(t, "name", None)) == _KV]
-        others = [pool_name_str(getattr(t, "name", None)) for t in transfers if t not in kv]
+        names = [pool_name_str(getattr(t, "name", None)) for t in transfers]
+        others = [n for n in names if n not in self._views]
         if others:
-            raise ValueError(f"{op}: TransportLinker serves the KV pool only, got transfers for {others}")
-        if len(kv) != 1:
-            raise ValueError(f"{op}: expected one KV transfer, got {len(kv)}")
-        keys = list(kv[0].keys or [])
+            raise ValueError(
+                f"{op}: TransportLinker serves the pools {sorted(self._views)} here, got transfers for {others}"
+            )
+        if names.count(_KV) != 1:
+            raise ValueError(f"{op}: expected one KV transfer, got {names.count(_KV)}")
+        if len(set(names)) != len(names):
+            raise ValueError(f"{op}: more than one transfer for a pool: {names}")
+        out: dict[str, _Batch] = {}
+        for name in sorted(names, key=lambda n: n != _KV):
+            batch = self._batch(transfers[names.index(name)], name, op)
+            if batch is None and name == _KV:
+                return None
+            if batch is not None:
+                out[name] = batch
+        return out
+
+    def _batch(self, t: Any, name: str, op: str) -> _Batch | None:
+        keys = list(t.keys or [])
         if not keys:
             return None
         if not all(isinstance(k, str) for k in keys):
             raise ValueError(f"{op}: transfer keys must be str")
-        indices = kv[0].device_indices
+        indices = t.device_indices
         if indices is None:
-            indices = kv[0].host_indices
+            indices = t.host_indices
         if not isinstance(indices, torch.Tensor):
-            raise ValueError(f"{op}: the KV transfer has no device_indices tensor")
+            raise ValueError(f"{op}: the {name} transfer has no device_indices tensor")
         indices = indices.detach().to(device="cpu", dtype=torch.int64).flatten()
         if indices.numel() != len(keys) * self.page_size:
             raise ValueError(
@@ -227,26 +293,36 @@ class TransportLinker(_Base):
             )
         from ...hostpool.describe import page_starts
 
-        page_starts(indices, self.page_size, self.view.size, arg=f"{op}: device_indices")
+        view = self._views[name]
+        arg = f"{op}: device_indices" if name == _KV else f"{op}: {name} device_indices"
+        page_starts(indices, self.page_size, view.size, arg=arg)
         return _Batch(keys, indices)
 
     @staticmethod
-    def _transfer(batches: Sequence[_Batch]) -> PoolTransfer:
+    def _transfer(batches: Sequence[_Batch], name: Any = PoolName.KV) -> PoolTransfer:
         keys = [k for b in batches for k in b.keys]
         indices = torch.cat([b.indices for b in batches]) if len(batches) > 1 else batches[0].indices
-        return PoolTransfer(name=PoolName.KV, host_indices=indices, keys=keys)
+        return PoolTransfer(name=name, host_indices=indices, keys=keys)
 
     # -- lookup ------------------------------------------------------------------------------
     def lookup(self, rid: str, transfers: list[Any]) -> list[int]:
-        """Every prefix length (pages) whose pages all exist, ascending: the backend's
-        ``batch_exists_v2`` fold (local to this rank; keys carry the rank where the pages
-        are rank-local). An I/O failure is a miss (``[]``)."""
+        """Every prefix length (pages) that can be restored, ascending: the backend's
+        ``batch_exists_v2`` fold over the KV pages and each other pool's transfer (an SWA
+        model's trailing window: a length needs the window's SWA pages too, so the set is
+        sparse); local to this rank (keys carry the rank where the pages are rank-local).
+        An I/O failure is a miss (``[]``)."""
         kv = [t for t in transfers if pool_name_str(getattr(t, "name", None)) == _KV]
         keys = list(kv[0].keys or []) if kv else []
         if not keys:
             return []
+        extra = [t for t in transfers if pool_name_str(getattr(t, "name", None)) != _KV]
+        unknown = [pool_name_str(t.name) for t in extra if pool_name_str(t.name) not in self._views]
+        if unknown:
+            raise ValueError(
+                f"lookup: TransportLinker serves the pools {sorted(self._views)} here, got {unknown}"
+            )
         try:
-            result = self.store.batch_exists_v2(keys, [])
+            result = self.store.batch_exists_v2(keys, extra)
         except ValueError:
             raise
         except Exception as e:  # never raise an I/O failure into the scheduler
@@ -262,7 +338,7 @@ class TransportLinker(_Base):
         """Queue a load into the transfers' device slots (nothing moves until
         ``start_layer_wise_loading``). ``False`` when there is nothing to load or the
         linker is closed; ``ValueError`` for bad arguments or a rid already queued."""
-        batch = self._kv_batch(transfers, "load")
+        batch = self._batches(transfers, "load")
         if batch is None or self._closed:
             return False
         with self._lock:
@@ -315,10 +391,14 @@ class TransportLinker(_Base):
             finally:
                 self._loads.task_done()
 
-    def _load_batch(self, index: int, batches: list[_Batch], ready: Any) -> None:
+    def _load_batch(self, index: int, loads: list[dict[str, _Batch]], ready: Any) -> None:
         counter = self.layer_done_counter
         try:
             ready.synchronize()
+            if self.swa_view is not None:
+                self._load_pools(index, loads)
+                return
+            batches = [b[_KV] for b in loads]
             if self.ring is not None:
                 rows = torch.cat([b.indices for b in batches])
                 self.ring.load(self.store, counter, index, [k for b in batches for k in b.keys], rows)
@@ -342,12 +422,37 @@ class TransportLinker(_Base):
             except Exception:  # a reset dropped the batch meanwhile
                 pass
 
+    def _load_pools(self, index: int, loads: list[dict[str, _Batch]]) -> None:
+        """An SWA model's batch: every pool's pages whole, then every layer completes."""
+        counter = self.layer_done_counter
+        per_pool: dict[str, list[_Batch]] = {}
+        for load in loads:
+            for name, b in load.items():
+                per_pool.setdefault(name, []).append(b)
+        if self.ring is not None:
+            for name, batches in per_pool.items():
+                ring = self.ring if name == _KV else self.swa_ring
+                assert ring is not None
+                rows = torch.cat([b.indices for b in batches])
+                ring.load(
+                    self.store, counter, index, [k for b in batches for k in b.keys], rows, complete=False
+                )
+        else:
+            transfers = [self._transfer(batches, name) for name, batches in per_pool.items()]
+            results = self.store.batch_get_v2(transfers)
+            got = [ok for oks in results.values() for ok in oks]
+            missing = got.count(False)
+            if missing or not got:
+                raise LinkerLoadError(f"{missing} of {len(got)} pages did not load")
+        for layer in range(self.num_layers):  # every pool's bytes are in the device pools
+            counter.complete(index, layer)
+
     # -- offloads ----------------------------------------------------------------------------
     def offload(self, transfers: list[Any], session_id: Optional[str] = None) -> bool:
         """Queue the pages for storage after the ``record_offload_ready`` events; one
         result per call pops from ``pop_completed_offload`` in call order. ``False`` when
         there is nothing to store or the linker is closed."""
-        batch = self._kv_batch(transfers, "offload")
+        batch = self._batches(transfers, "offload")
         if batch is None or self._closed:
             return False
         if not self.offload_owner:  # MLA: another rank holds the same bytes and writes them
@@ -367,14 +472,19 @@ class TransportLinker(_Base):
             finally:
                 self._offloads.task_done()
 
-    def _store_batch(self, batch: _Batch, events: list[Any], session_id: Optional[str]) -> bool:
+    def _store_batch(self, batch: dict[str, _Batch], events: list[Any], session_id: Optional[str]) -> bool:
         try:
             for event in events:
                 event.synchronize()
             info = HiCacheStorageExtraInfo(extra_info={"session_id": session_id}) if session_id else None
             if self.ring is not None:
-                return self.ring.offload(self.store, batch.keys, batch.indices, info)
-            results = self.store.batch_set_v2([self._transfer([batch])], info)
+                for name, b in batch.items():
+                    ring = self.ring if name == _KV else self.swa_ring
+                    assert ring is not None
+                    if not ring.offload(self.store, b.keys, b.indices, info):
+                        return False
+                return True
+            results = self.store.batch_set_v2([self._transfer([b], name) for name, b in batch.items()], info)
             oks = [ok for pool in results.values() for ok in pool]
             return bool(oks) and all(oks)
         except Exception as e:
@@ -420,7 +530,8 @@ class TransportLinker(_Base):
         self.store.close()
 
     def __repr__(self) -> str:
+        kind = self.view.hicache_pool_kind + ("+swa" if self.swa_view is not None else "")
         return (
-            f"TransportLinker(backend={self.settings.backend!r}, kind={self.view.hicache_pool_kind!r}, "
+            f"TransportLinker(backend={self.settings.backend!r}, kind={kind!r}, "
             f"layers={self.num_layers}, tp_rank={self.tp_rank}/{self.tp_size})"
         )

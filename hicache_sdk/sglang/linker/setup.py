@@ -28,8 +28,9 @@ class LinkerSettings:
       server arguments.
     * ``ranged_reads``: load layer by layer through the transport's ranged reads (``true``),
       or page by page (``false``); by default (``null``) layer by layer where the backend's
-      transport reads ranges cheaply (file, Mooncake). ``true`` on a backend that cannot is
-      a ``ConfigError``.
+      transport reads ranges cheaply (file, Mooncake), for plain models. ``true`` on a
+      backend that cannot, or for an SWA model (loaded pool by pool), is a ``ConfigError``.
+      Ranged reads run under the backend's resilience layer (deadline, breaker, staging).
     * ``staging``: move pages through the host staging ring (:mod:`.staging`); by default
       (``null``) exactly when the device pool is not on the CPU. ``false`` with a CUDA pool
       is a ``ConfigError`` (a transport cannot address device memory).

@@ -49,7 +49,7 @@ class _Mirror:
             if hasattr(view, attr):
                 setattr(self, attr, getattr(view, attr))
         self.dtype = view.dtype
-        if view.hicache_pool_kind == "mha":
+        if view.buffer_kind == "mha":
             self.k_buffer = [host(k) for k, _ in view.layers]
             self.v_buffer = [host(v) for _, v in view.layers]
         else:
@@ -58,16 +58,22 @@ class _Mirror:
 
 
 class StagingRing:
-    """See the module docs. ``pages``: pages per half of the ring (>= 1)."""
+    """See the module docs. ``pages``: pages per half of the ring (>= 1); ``name``: the
+    backend pool the ring is registered as (the KV pool, or the SWA pool of an SWA model)."""
 
-    def __init__(self, pool: Any, view: DeviceKVView, pages: int) -> None:
+    def __init__(self, pool: Any, view: DeviceKVView, pages: int, name: Any = PoolName.KV) -> None:
         if pages < 1:
             raise ValueError(f"staging_pages must be >= 1, got {pages}")
         self.device_view = view
+        self.name = name
         self.pages = pages
         self.page_size = view.page_size
         cuda = view.device.type == "cuda"
-        self.mirror = DeviceKVView(_Mirror(pool, view, 2 * pages * view.page_size, pin=cuda), view.page_size)
+        self.mirror = DeviceKVView(
+            _Mirror(pool, view, 2 * pages * view.page_size, pin=cuda),
+            view.page_size,
+            kind=view.hicache_pool_kind,
+        )
         self.stream = torch.cuda.Stream(device=view.device) if cuda else None  # type: ignore[no-untyped-call]
 
     def _rows(self, half: int, n_pages: int) -> torch.Tensor:
@@ -84,15 +90,25 @@ class StagingRing:
         for d, s in zip(self.mirror.layers[layer], self.device_view.layers[layer]):
             d[lo:hi].copy_(s.index_select(0, dev_rows.to(s.device)))
 
-    def load(self, store: Any, counter: Any, index: int, keys: Sequence[str], rows: torch.Tensor) -> None:
+    def load(
+        self,
+        store: Any,
+        counter: Any,
+        index: int,
+        keys: Sequence[str],
+        rows: torch.Tensor,
+        *,
+        complete: bool = True,
+    ) -> None:
         """Read ``keys`` into the device rows ``rows`` through the ring, completing layers
-        on ``counter``; raises on a page that does not load."""
+        on ``counter`` (unless ``complete`` is false: the caller completes them); raises on
+        a page that does not load."""
         n = len(keys)
         layers = len(self.device_view.layers)
         for first in range(0, n, self.pages):
             chunk = list(keys[first : first + self.pages])
             ring_rows = self._rows(0, len(chunk))
-            got = store.batch_get_v2([PoolTransfer(name=PoolName.KV, host_indices=ring_rows, keys=chunk)])
+            got = store.batch_get_v2([PoolTransfer(name=self.name, host_indices=ring_rows, keys=chunk)])
             oks = [ok for pool in got.values() for ok in pool]
             if not oks or not all(oks):
                 raise OSError(f"{oks.count(False)} of {len(chunk)} pages did not load")
@@ -110,7 +126,7 @@ class StagingRing:
             for layer in range(layers):
                 if self.stream is not None:
                     events[layer].synchronize()
-                if last:
+                if last and complete:
                     counter.complete(index, layer)
 
     def offload(self, store: Any, keys: Sequence[str], rows: torch.Tensor, extra_info: Any) -> bool:
@@ -127,7 +143,7 @@ class StagingRing:
             if self.stream is not None:
                 torch.cuda.current_stream(self.device_view.device).synchronize()
             got = store.batch_set_v2(
-                [PoolTransfer(name=PoolName.KV, host_indices=ring_rows, keys=chunk)], extra_info
+                [PoolTransfer(name=self.name, host_indices=ring_rows, keys=chunk)], extra_info
             )
             oks = [ok for pool in got.values() for ok in pool]
             if not oks or not all(oks):

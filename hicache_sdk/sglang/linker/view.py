@@ -25,6 +25,15 @@ from ...errors import ConfigError
 
 __all__ = ["DeviceKVView", "layer_ranges"]
 
+#: Buffers a pool may hold beside its per-layer KV that the view would not move: their
+#: pools are refused rather than restored without them.
+_UNSERVED_BUFFERS = (
+    "k_scale_buffer",
+    "v_scale_buffer",
+    "native_k_scale_buffer",
+    "kv_scale_buffer",
+    "index_k_with_scale_buffer",
+)
 _MHA_GEOMETRY = ("layer_num", "head_num", "head_dim", "v_head_dim")
 _MLA_GEOMETRY = ("layer_num", "kv_lora_rank", "qk_rope_head_dim", "kv_cache_dim")
 
@@ -41,14 +50,21 @@ def _tensors(value: Any, what: str) -> list[torch.Tensor]:
 
 class DeviceKVView:
     """A ``layer_first`` host-pool view over a plain MHA or MLA device pool (see the module
-    docs). ``ConfigError`` naming the pool for anything else."""
+    docs), or over one sub-pool of an SWA model (``kind="swa"``). ``ConfigError`` naming the
+    pool for anything else."""
 
     layout = "layer_first"
 
-    def __init__(self, pool: Any, page_size: int) -> None:
+    def __init__(self, pool: Any, page_size: int, *, kind: str | None = None) -> None:
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size <= 0:
             raise ConfigError(f"page_size must be a positive integer, got {page_size!r}")
         name = type(pool).__name__
+        extra = [attr for attr in _UNSERVED_BUFFERS if getattr(pool, attr, None) is not None]
+        if extra:
+            raise ConfigError(
+                f"{name} holds buffers beside its per-layer KV ({', '.join(extra)}: a scaled or "
+                "quantized KV cache, or a DSA indexer): TransportLinker serves plain MHA and MLA pools"
+            )
         if isinstance(getattr(pool, "k_buffer", None), (list, tuple)):
             self.hicache_pool_kind = "mha"
             k, v = _tensors(pool.k_buffer, "k_buffer"), _tensors(pool.v_buffer, "v_buffer")
@@ -82,6 +98,11 @@ class DeviceKVView:
             value = getattr(pool, attr, None)
             if isinstance(value, int) and not isinstance(value, bool):
                 setattr(self, attr, value)
+        #: ``"mha"`` / ``"mla"`` (from the buffers); ``kind`` renames it, e.g. ``"swa"`` for
+        #: the SWA pool of an SWA model, as SGLang's host pools name that pool's kind.
+        self.buffer_kind = self.hicache_pool_kind
+        if kind is not None:
+            self.hicache_pool_kind = kind
         self.layer_num = len(self.layers)
         #: what the transport registers (every per-layer buffer)
         self.kv_buffer = tensors
