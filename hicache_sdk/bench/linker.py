@@ -163,7 +163,8 @@ class _Bench:
     def fresh_keys(self) -> None:
         self.round += 1
         self.keys = [
-            hashlib.sha256(f"{self.model}-{self.round}-{i}".encode()).hexdigest() for i in range(self.plan.pages)
+            hashlib.sha256(f"{self.model}-{self.round}-{i}".encode()).hexdigest()
+            for i in range(self.plan.pages)
         ]
 
     # -- timed calls ----------------------------------------------------------------------
@@ -182,7 +183,8 @@ class _Bench:
         base = self._write_src.data_ptr()
         scheme = self.reader.store.scheme
         names = [  # object names of pages under fresh keys, as the scheme names them
-            self._kv.objects(scheme, hashlib.sha256(k.encode()).hexdigest(), s)[0].name for k, s in zip(self.keys, self._segments)
+            self._kv.objects(scheme, hashlib.sha256(k.encode()).hexdigest(), s)[0].name
+            for k, s in zip(self.keys, self._segments)
         ]
         bufs = [[(base + i * self.object_size, self.object_size)] for i in range(self.plan.pages)]
         t0 = time.perf_counter()

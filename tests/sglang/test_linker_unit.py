@@ -14,8 +14,8 @@ import torch
 from hicache_sdk.errors import ConfigError
 from hicache_sdk.memory import MemoryStorage
 from hicache_sdk.sglang.linker import DeviceKVView, LinkerSettings, layer_ranges
-from hicache_sdk.sglang.linker.view import layer_groups
 from hicache_sdk.sglang.linker.staging import StagingRing
+from hicache_sdk.sglang.linker.view import layer_groups
 from hicache_sdk.spec import HiCacheStorageConfig
 
 LAYERS, HEADS, DIM, PAGE = 3, 2, 8, 4

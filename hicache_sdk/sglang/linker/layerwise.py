@@ -120,4 +120,3 @@ class RangedLoader:
             (off, [page.by_offset[self.layers[layer][part][0]] for layer in group])
             for part, (off, _) in enumerate(first)
         ]
-
