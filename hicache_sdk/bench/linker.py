@@ -143,7 +143,7 @@ class _Bench:
         segs = page_segments(self.reader.view, kv.layout, self.idx[::page].tolist())
         self._segments = segs
         self._kv = kv
-        obj = kv.objects(self.reader.store.scheme, "probe", segs[0])
+        obj = kv.objects(self.reader.store.scheme, "0" * 64, segs[0])
         self.object_size = sum(o.object_size for o in obj)
         self.nbytes = n * sum(self.reader.view.page_segment_sizes())
         self._trailers = [

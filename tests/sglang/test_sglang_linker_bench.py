@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
 #: The command, in a child process with the stand-ins for SGLang's GPU-only imports.
 CLI = (
@@ -58,7 +60,9 @@ def test_bench_engine_sglang_linker_writes_every_figure(tmp_path: Path) -> None:
     assert "raw read" in done.stdout and "layer by layer" in done.stdout
 
 
-def test_bench_engine_sglang_linker_refuses_a_bad_backend(tmp_path: Path) -> None:
-    done = _bench("no-such-backend", "--engine", "sglang-linker", "--pages", "1", "--layers", "1")
-    assert done.returncode == 2, done.stderr
-    assert "hicache bench:" in done.stderr and "no-such-backend" in done.stderr
+def test_bench_engine_sglang_linker_refuses_a_bad_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    from hicache_sdk.cli import main  # in this process: SGLang is imported already
+
+    assert main(["bench", "no-such-backend", "--engine", "sglang-linker", "--pages", "1", "--layers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "hicache bench:" in err and "no-such-backend" in err
