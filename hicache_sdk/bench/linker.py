@@ -19,9 +19,10 @@ balanced order that changes every round (see :func:`~hicache_sdk.bench.harness.r
 and times ``offload`` until its result pops, next to ``raw write``: the raw transport
 writing the same number of objects of the same size under other fresh names.
 
-Results: three ``hicache-bench/1`` documents per backend, the first variant of each *ours*:
+Results: ``hicache-bench/1`` documents per backend, the first variant of each *ours*:
 ``linker-load-NAME`` (``raw read``'s median over ``linker``'s is the load's fraction of the
-raw read), ``linker-layer0-NAME`` (time from ``start_layer_wise_loading`` until
+raw read), ``linker-load-page-by-page-NAME`` (the same for ``"ranged_reads": false``, where
+the default is layer by layer; the same ``raw read`` samples), ``linker-layer0-NAME`` (time from ``start_layer_wise_loading`` until
 ``wait_until(0)`` returns, layer by layer against page by page) and ``linker-offload-NAME``.
 """
 
@@ -272,7 +273,11 @@ def run_linker_bench(plan: LinkerPlan, tick: Callable[[], None] | None = None) -
             nbytes=nbytes,
         )
 
-    out = [result("linker-load", load, {k: n for k in load})]
+    raw = {"raw read": load.pop("raw read")}
+    out = [result("linker-load", {"linker": load["linker"], **raw}, {"linker": n, "raw read": n})]
+    if b.ranged:
+        pages = {"linker, page by page": load["linker, page by page"], **raw}
+        out.append(result("linker-load-page-by-page", pages, {k: n for k in pages}))
     if b.ranged:
         out.append(
             result(

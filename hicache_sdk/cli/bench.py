@@ -253,7 +253,8 @@ LINKER_NOTES = (
     "finish_layer_wise_loading returns True; 'linker' is the default (layer by layer through "
     "ranged reads where the transport reads ranges cheaply), 'raw read' the raw transport "
     "reading the same objects into the same memory (ours vs raw read: the load's fraction of "
-    "the raw read). layer0: from start_layer_wise_loading until wait_until(0) returns. "
+    "the raw read); load-page-by-page: the same with ranged_reads false, against the same raw "
+    "read samples. layer0: from start_layer_wise_loading until wait_until(0) returns. "
     "offload: offload until its result pops, against the raw transport writing as many "
     "objects of the same size. Rounds interleaved in a balanced order."
 )

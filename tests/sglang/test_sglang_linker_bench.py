@@ -44,12 +44,20 @@ def test_bench_engine_sglang_linker_writes_every_figure(tmp_path: Path) -> None:
     run = json.loads(out.read_text())
     assert run["schema"] == "hicache-bench-run/1"
     docs = {d["name"]: d for d in run["results"]}
-    assert list(docs) == ["linker-load-file", "linker-layer0-file", "linker-offload-file"]
+    assert list(docs) == [
+        "linker-load-file",
+        "linker-load-page-by-page-file",
+        "linker-layer0-file",
+        "linker-offload-file",
+    ]
     page_bytes = 2 * 4 * 4 * 8 * 128 * 2  # K and V, layers, tokens, heads, head dim, bfloat16
     load = docs["linker-load-file"]
     assert load["params"] == {"pages": 3, "page_bytes": page_bytes, "layers": 4, "tokens_per_page": 4}
-    assert list(load["results"]) == ["linker", "linker, page by page", "raw read"]
-    for r in load["results"].values():
+    assert list(load["results"]) == ["linker", "raw read"]
+    pages = docs["linker-load-page-by-page-file"]["results"]
+    assert list(pages) == ["linker, page by page", "raw read"]
+    assert pages["raw read"]["samples_s"] == load["results"]["raw read"]["samples_s"]
+    for r in [*load["results"].values(), *pages.values()]:
         assert r["nbytes"] == 3 * page_bytes
         assert len(r["samples_s"]) == 2 and all(s > 0 for s in r["samples_s"])
     assert list(docs["linker-layer0-file"]["results"]) == ["layer by layer", "page by page"]
@@ -63,6 +71,8 @@ def test_bench_engine_sglang_linker_writes_every_figure(tmp_path: Path) -> None:
 def test_bench_engine_sglang_linker_refuses_a_bad_backend(capsys: pytest.CaptureFixture[str]) -> None:
     from hicache_sdk.cli import main  # in this process: SGLang is imported already
 
-    assert main(["bench", "no-such-backend", "--engine", "sglang-linker", "--pages", "1", "--layers", "1"]) == 2
+    assert (
+        main(["bench", "no-such-backend", "--engine", "sglang-linker", "--pages", "1", "--layers", "1"]) == 2
+    )
     err = capsys.readouterr().err
     assert "hicache bench:" in err and "no-such-backend" in err
