@@ -29,9 +29,34 @@ row builds a linker through SGLang's own factory (`create_unified_cache_linker`)
 real CPU device pools and runs the linker contract (`hicache check NAME --engine
 sglang-linker`, [conformance.md](conformance.md)) against the real store. *certified*: every
 check passes; *fails*: a check fails (its reason); *refused*: the factory or the linker
-refused the model (its reason); *built*: constructed and served a round trip, where the
-contract's plain-model checks do not apply.
+refused the model (its reason).
 """
+
+#: What the rows show, after the table (each when its row has that verdict).
+FINDINGS = {
+    ("SGLang MooncakeDirectLinker", "refused"): (
+        "- **SGLang's own Mooncake linker refuses plain models.** It builds its view of the device "
+        "pools with SGLang's `resolve_hybrid_device_pool_group` "
+        "(`mem_cache/hybrid_cache/linker_pool_assembler.py`), which supports the hybrid strategies "
+        "only (DeepSeek V4, Mamba over an MLA pool, Mamba+SWA, DSA); a plain MHA or MLA model gets "
+        "`_PlainKvStrategy`, which it refuses at construction. So no linker SGLang ships serves a "
+        "plain model; `TransportLinker` builds its view from the pool's per-layer buffers and does."
+    ),
+    ("sglang-fs-linker 0.1.0", "refused"): (
+        "- **`sglang-fs-linker` 0.1.0 no longer loads.** SGLang 0.5.23's factory requires every "
+        "abstract method of `UnifiedCacheLinker`; 0.1.0's `FileSystemLinker` lacks "
+        "`finish_layer_wise_loading`, so the factory refuses the class before it is built."
+    ),
+}
+
+#: Rows this table does not have yet, and why.
+NOT_YET = (
+    "- **Not in the table yet: SGLang's Mooncake linker on a hybrid model.** Its pool view needs a "
+    "`HybridLinearKVPool` over an MLA pool with a `MambaPool` and SGLang's hybrid request pool, "
+    "and the linker reads SGLang's runtime context (`get_parallel()`, `get_model()`, "
+    "`get_memory()`), which SGLang publishes from full server arguments at start-up; the matrix "
+    "does not build that context on CPU yet."
+)
 
 
 def render_linker() -> str:
@@ -50,7 +75,9 @@ def render_linker() -> str:
         reason = " ".join(str(row["reason"]).split()).replace("|", "\\|")
         out.append(f"| {row['linker']} | {row['store']} | {row['verdict']} | {reason} |")
     out.append("")
-    out.extend(run.get("findings", []))
+    seen = {(row["linker"], row["verdict"]) for row in run["rows"]}
+    out.extend(text for key, text in FINDINGS.items() if key in seen)
+    out.append(NOT_YET)
     out.append("")
     return "\n".join(out)
 
