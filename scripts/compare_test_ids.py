@@ -64,8 +64,17 @@ def load_changes(path: Path) -> list[tuple[re.Pattern[str], str]]:
 
 
 def _glob(pattern: str) -> re.Pattern[str]:
-    """``*`` matches anything; every other character, brackets included, is literal."""
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.S)
+    """``*`` matches anything (each a group); every other character, brackets included, is
+    literal."""
+    return re.compile("(.*)".join(re.escape(part) for part in pattern.split("*")), re.S)
+
+
+def _apply(rule: re.Pattern[str], new: str, old_id: str) -> str:
+    """``new`` for ``old_id``, a ``*`` in ``new`` standing for what the first ``*`` of the
+    rule's OLD matched (a class renamed: ``path::Old* => path::New*``)."""
+    m = rule.fullmatch(old_id)
+    assert m is not None
+    return new.replace("*", m.group(1), 1) if "*" in new else new
 
 
 def _split(test_id: str) -> tuple[str, str, str | None]:
@@ -85,7 +94,7 @@ def classify(
         by_tail.setdefault(t.split("::", 1)[1], t)
     counts: Counter[str] = Counter()
     missing, problems = [], []
-    for new in {new for _, new in rules if not new.startswith("removed:")}:
+    for new in {new for _, new in rules if not new.startswith("removed:") and "*" not in new}:
         if new not in current:
             problems.append(f"changes.txt maps to {new}, which is not a current test")
     for b in base:
@@ -108,11 +117,13 @@ def classify(
                 if single in current or twin in current:
                     counts["one implementation left"] += 1
                     continue
-        rule = next((new for old, new in rules if old.fullmatch(b)), None)
+        rule = next(((old, new) for old, new in rules if old.fullmatch(b)), None)
         if rule is None:
             missing.append(b)
-        elif rule.startswith("removed:"):
+        elif rule[1].startswith("removed:"):
             counts["removed (changes.txt)"] += 1
+        elif (target := _apply(rule[0], rule[1], b)) not in current:
+            problems.append(f"changes.txt maps {b} to {target}, which is not a current test")
         else:
             counts["renamed (changes.txt)"] += 1
     return counts, missing, problems

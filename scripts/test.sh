@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up, then run the whole test suite: lint, types, unit/property/backend/conformance tests,
-# and the real-SGLang bridge environment. Tests start the servers they need themselves
+# the real-SGLang environment (the bridge and the linker) and a short LMCache part (the L2
+# adapter's contract on the file backend, and end to end through a real `lmcache server`). Tests start the servers they need themselves
 # (on free 127.0.0.1 ports, stopped by PID), one set per pytest worker.
 #
 #   scripts/test.sh           everything (= CI); the core tests (tests/) run in an install
@@ -14,6 +15,9 @@ case "${1:-}" in
     --quick) quick=1 ;;
     *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
 esac
+t0=$SECONDS
+# step NAME: print a step's header with the time since the start
+step() { printf '== %s  [%dm%02ds]\n' "$1" $(((SECONDS - t0) / 60)) $(((SECONDS - t0) % 60)); }
 scripts/setup.sh
 export CI="${CI:-1}"   # hypothesis "ci" profile: derandomized, bounded examples
 # pytest workers: the tests mostly wait on servers and subprocesses, so one more than the cores.
@@ -41,17 +45,19 @@ finish() {
 }
 
 if [ "$quick" = 0 ]; then
-    # Build the SGLang environment while the other steps run (it is mostly package installs).
-    start tox_log tox_pid .venv/bin/tox -q -e sglang --notest
+    # Build the SGLang and LMCache environments while the other steps run: tox runs each
+    # env's install commands, then only asks pytest for its version. Their tests then run
+    # straight in the built env (below), without a second round of installs.
+    start envs_log envs_pid sh -c '.venv/bin/tox -q -e sglang -- --version && .venv/bin/tox -q -e lmcache -- --version'
 fi
 
-echo "== ruff"
+step "ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-echo "== import contracts and dead code (lint-imports, vulture; pyproject.toml)"
+step "import contracts and dead code (lint-imports, vulture; pyproject.toml)"
 .venv/bin/lint-imports --no-logo
 .venv/bin/vulture
-echo "== mypy (strict, hicache_sdk)"
+step "mypy (strict, hicache_sdk)"
 .venv/bin/mypy
 
 if [ "$quick" = 1 ]; then
@@ -59,20 +65,27 @@ if [ "$quick" = 1 ]; then
     exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" tests backends/file/tests
 fi
 
-echo "== test ids: every 0.1.0 test is still here, renamed or removed with a reason (tests/ids)"
+step "test ids: every 0.1.0 test is still here, renamed or removed with a reason (tests/ids)"
 .venv/bin/python scripts/compare_test_ids.py
 
-echo "== without a C compiler, and the core tests (scripts/nocompiler_check.sh, alongside the next steps)"
+step "without a C compiler, and the core tests (scripts/nocompiler_check.sh, alongside the next steps)"
 start nocc_log nocc_pid scripts/nocompiler_check.sh -p no:cacheprovider -n 2
 # The core tests (tests/) run once, in the no-compiler install above; here only the kit's,
 # which compare the compiled copy extension with its fallback.
-echo "== pytest (backends, conformance, the kit; $workers workers)"
+step "pytest (backends, conformance, the kit; $workers workers)"
 .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" \
     tests/kit backends/file/tests backends/redis/tests backends/s3/tests backends/mooncake/tests \
     conformance/tests
-echo "== real SGLang 0.5.23 (tox -e sglang)"
-finish "building the tox sglang environment" "$tox_pid" "$tox_log"
-.venv/bin/tox -q -e sglang -- -n 2
-echo "== without a C compiler: result"
+step "real SGLang 0.5.23: the bridge and the linker (tests/sglang in the tox sglang env)"
+finish "building the tox sglang and lmcache environments" "$envs_pid" "$envs_log"
+PIP_CONSTRAINT="$PWD/constraints.txt" HICACHE_SGLANG_ENV=1 \
+    .tox/sglang/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/sglang
+step "real LMCache 0.5.6: the L2 adapter on the file backend, and end to end (tox -e lmcache runs all)"
+PIP_CONSTRAINT="$PWD/constraints.txt" HICACHE_LMCACHE_ENV=1 LMCACHE_TRACK_USAGE=false \
+    .tox/lmcache/bin/python -m pytest -q -p no:cacheprovider -n 2 \
+    "tests/lmcache/test_l2_end_to_end.py::test_chunks_come_back_from_our_adapter[file]" \
+    tests/lmcache/test_l2_contract.py::TestOursOnFile
+step "without a C compiler: result"
 finish "scripts/nocompiler_check.sh" "$nocc_pid" "$nocc_log"
 grep -E '^[0-9]+ passed' "$nocc_log" | tail -n 1 || true
+step "done"

@@ -115,6 +115,9 @@ class SuiteBase:
     recovery_s: ClassVar[float] = 20.0
     #: Hypothesis examples of the stateful test.
     stateful_examples: ClassVar[int] = 30
+    #: Run the transport tests (off for a subclass that changes only what sits above the
+    #: transport, e.g. the key scheme, when its base class runs them on the same transport).
+    transport_tests: ClassVar[bool] = True
     #: Shrink a failing stateful example (off only to prove a known fault fast).
     stateful_shrink: ClassVar[bool] = True
 

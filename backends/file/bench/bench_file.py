@@ -112,6 +112,8 @@ def print_layers(res: BenchResult, pages: int) -> None:
         print(f"  {what:32s} {us:9.2f} µs/page{added}")
         below = us
     print(f"  raw / ours: {med['raw_preadv'] / med['ours']:.2f}")
+    if "ours_follow_cpu" in med:
+        print(f"  raw / ours with follow_caller_cpu: {med['raw_preadv'] / med['ours_follow_cpu']:.2f}")
 
 
 def bench_page(args: argparse.Namespace, page_kib: int) -> list[Any]:
@@ -130,6 +132,7 @@ def bench_page(args: argparse.Namespace, page_kib: int) -> list[Any]:
     shutil.rmtree(root, ignore_errors=True)
     s = storage(root, pool)
     s_ck = storage(root + "-ck", pool, checksum=True)
+    s_follow = storage(root, pool, follow_caller_cpu=True)
     assert s.batch_set_v1(keys, idx) == [True] * n
     assert s_ck.batch_set_v1(keys, idx) == [True] * n
     paths = page_files(root)
@@ -139,7 +142,13 @@ def bench_page(args: argparse.Namespace, page_kib: int) -> list[Any]:
     arena = mmap.mmap(-1, aligned * n)
     bufs = [memoryview(arena)[i * aligned : i * aligned + size] for i in range(n)]
     dbufs = [memoryview(arena)[i * aligned : (i + 1) * aligned] for i in range(n)]
-    params = {"pages": n, "page_bytes": size, "model": "Llama-3-8B MHA bf16, 64 tok/page", "layers": layers}
+    params = {
+        "pages": n,
+        "page_bytes": size,
+        "model": "Llama-3-8B MHA bf16, 64 tok/page",
+        "layers": layers,
+        "thread_repinning": "off (the default; ours_follow_cpu: on)",
+    }
 
     def get(st: FileStorage) -> Callable[[], None]:
         def f() -> None:
@@ -174,6 +183,9 @@ def bench_page(args: argparse.Namespace, page_kib: int) -> list[Any]:
         h.add("raw_preadv", lambda: raw_read(paths, bufs), nbytes=total)
         h.add("file_transport", layer(t.read), nbytes=total)
         h.add("resilience", layer(rt.read), nbytes=total)
+        # the same adapter with the opt-in thread re-pinning (follow_caller_cpu: the worker
+        # woken on the caller's CPU): the figure it buys
+        h.add("ours_follow_cpu", get(s_follow), nbytes=total)
         res = h.run(repeats=args.repeats, warmup=1)
         results.append(res)
         print_layers(res, n)

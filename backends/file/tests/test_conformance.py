@@ -39,6 +39,7 @@ class TestFileBackend(BackendSuite):
 
 
 class TestFileBackendSGLangFile(TestFileBackend):
+    transport_tests = False  # the base class runs them on the same transport
     config = {"root": _ROOT, "key_scheme": "sglang-file"}
 
     def namespace_config(self, namespace: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 from _mooncake_raw import MooncakeRawObjects
 from _servers import MooncakeCluster
 from hicache_backend_mooncake import MooncakeStorage
-from hicache_conformance import BackendSuite, TransportTests
+from hicache_conformance import BackendSuite
 
 _CLUSTER: list[MooncakeCluster] = []
 
@@ -50,12 +50,9 @@ class TestMooncakeBackendSGLangMooncake(TestMooncakeBackend):
     """SGLang's names; test namespaces are isolated by ``extra_backend_tag``, which SGLang
     puts in front of every object name, so the raw view's names are relative to it."""
 
+    transport_tests = False  # the base class runs them on the same transport
+
     config = {"key_scheme": "sglang-mooncake"}
 
     def scheme_namespace(self, namespace: str) -> dict[str, Any]:
         return {"extra_backend_tag": namespace}
-
-
-class TestMooncakeTransport(_OnSessionCluster, TransportTests):
-    """The transport itself, below the adapter: planted short, long and foreign objects,
-    create-if-absent, duplicate keys, no partially visible write."""

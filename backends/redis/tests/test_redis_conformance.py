@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from _redis_servers import RedisServer, call
 from hicache_backend_redis import RedisStorage
-from hicache_conformance import BackendSuite, TransportTests
+from hicache_conformance import BackendSuite
 
 _SERVER = RedisServer(extra=["--enable-debug-command", "local"])
 _PREFIX = "conf:"
@@ -117,6 +117,8 @@ class TestRedisBackend(BackendSuite):
 class TestRedisBackendSGLangMooncake(TestRedisBackend):
     """SGLang's Mooncake key names (no namespace): a private key prefix per test namespace."""
 
+    transport_tests = False  # the base class runs them on the same transport
+
     config = {**TestRedisBackend.config, "key_scheme": "sglang-mooncake"}
     declared_capabilities = None
     matrix = "minimal"
@@ -124,11 +126,3 @@ class TestRedisBackendSGLangMooncake(TestRedisBackend):
 
     def namespace_config(self, namespace: str) -> dict[str, Any]:
         return {"key_prefix": f"{_PREFIX}{namespace}:"}
-
-
-class TestRedisTransport(TransportTests):
-    """The transport itself, below the adapter: planted short, long and foreign objects,
-    create-if-absent, duplicate keys, no partially visible write."""
-
-    backend = RedisStorage
-    config = {**TestRedisBackend.config, "key_prefix": f"{_PREFIX}transport:"}

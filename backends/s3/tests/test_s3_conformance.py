@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from hicache_backend_s3 import S3Storage
-from hicache_conformance import BackendSuite, TransportTests
+from hicache_conformance import BackendSuite
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _proxy import LatencyProxy
@@ -104,6 +104,7 @@ class TestS3Backend(BackendSuite):
 
 
 class TestS3BackendSGLangMooncake(TestS3Backend):
+    transport_tests = False  # the base class runs them on the same transport
     config = {**_CFG, "key_scheme": "sglang-mooncake"}
     waivers = {
         "test_transport_delete_makes_a_miss": (
@@ -148,17 +149,11 @@ class TestS3BackendThroughProxy(TestS3Backend):
     """L4 through a loopback proxy that adds latency (``add_delay``); the other tests of
     this class are deselected by ``conftest.py``."""
 
+    transport_tests = False  # the base class runs them on the same transport
+
     @pytest.fixture
     def fault_hooks(self, _proxy: LatencyProxy) -> _ProxyHooks:
         return _ProxyHooks(_proxy)
 
     def namespace_config(self, namespace: str) -> dict[str, Any]:
         return {"namespace": namespace, "endpoint_url": _PROXY[-1].url}
-
-
-class TestS3Transport(TransportTests):
-    """The transport itself, below the adapter: planted short, long and foreign objects,
-    create-if-absent, duplicate keys, no partially visible write."""
-
-    backend = S3Storage
-    config = {**_CFG, "prefix": "conf-transport/"}

@@ -88,6 +88,11 @@ class TransportTests(RangeReadTests, SuiteBase):
 
     @pytest.fixture
     def transport(self, backend_factory: BackendFactory) -> Any:
+        if not self.transport_tests:
+            pytest.skip(
+                f"transport_tests = False: {type(self).__name__} changes only what sits above "
+                "the transport, whose tests its base class runs"
+            )
         cls = self.backend_class()
         if not _has_transport(cls):
             pytest.skip(no_transport_reason(cls))
