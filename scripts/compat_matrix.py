@@ -210,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level", action="append", default=[], help="suite levels (default: all)")
     p.add_argument("--render", action="store_true", help="only regenerate the doc from the last run")
     p.add_argument("--no-write", action="store_true", help="run, but write neither results nor the doc")
+    p.add_argument("--linker", action="store_true", help="only the linker rows (compat/linker_table.py)")
     args = p.parse_args(argv)
+    if args.linker:
+        return int(__import__("linker_table").run_linker())
 
     from render import render
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env python
-"""The linker compatibility table: which linkers serve SGLang 0.5.23's unified cache
-linker, with reasons (run in the SGLang env: ``.tox/sglang/bin/python scripts/linker_matrix.py
---docs docs/linker.md``).
+"""The linker rows of the compatibility matrix: which linkers serve SGLang 0.5.23's unified
+cache linker, with reasons. Run by ``python scripts/compat_matrix.py --linker`` (which renders
+them into docs/compatibility.md, see ``scripts/compat/linker_table.py``), or alone in an env
+with SGLang and the servers: ``python scripts/linker_matrix.py`` prints the table, ``--json``
+prints the rows as one JSON line.
 
 Rows:
 
@@ -10,10 +12,10 @@ Rows:
   stops): every check of ``hicache_conformance.linker_contract``;
 * SGLang's own Mooncake linker (``--unified-cache-external-linker-backend mooncake``) on a
   plain MHA model's pools against the real ``mooncake_master``: built by SGLang's factory;
-* ``sglang-fs-linker`` 0.1.0, the only outside linker on the package index
-  (``--fs-linker DIR``: a folder it is installed into with ``pip install --no-deps
-  --target DIR sglang-fs-linker==0.1.0``),
-  through the ``dynamic`` factory.
+* ``sglang-fs-linker`` 0.1.0, the only outside linker on the package index, through the
+  ``dynamic`` factory: installed with ``pip install --no-deps --target DIR
+  sglang-fs-linker==0.1.0`` into a throwaway folder (``--fs-linker DIR``: one it is
+  already in).
 
 Each verdict is ``certified`` (every check passed), ``fails`` (a check failed: its
 reason) or ``refused`` (the factory or the linker's constructor refused the model: its
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-START, END = "<!-- linker-matrix:start -->", "<!-- linker-matrix:end -->"
+FS_LINKER = "sglang-fs-linker==0.1.0"
 for sub in ("redis", "s3", "mooncake"):
     sys.path.insert(0, str(ROOT / "backends" / sub / "tests"))
 
@@ -143,13 +145,27 @@ def _sglang_mooncake(cfg: dict[str, Any]) -> tuple[str, str]:
     return "built", "built on a plain MHA pool"
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--docs", default=None)
-    p.add_argument("--fs-linker", default=None, help="folder holding sglang-fs-linker 0.1.0")
-    args = p.parse_args()
+def _fs_linker_folder(given: str | None, tmp: str) -> tuple[str | None, str]:
+    """(the folder holding sglang-fs-linker, or None; why not)."""
+    if given:
+        return given, ""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", tmp, FS_LINKER]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        return None, f"pip install {FS_LINKER} failed: {done.stderr.strip().splitlines()[-1:]}"
+    return tmp, ""
+
+
+def rows(fs_linker: str | None) -> list[dict[str, str]]:
+    """Every row: ``{"linker", "store", "verdict", "reason"}``."""
     _sglang()
-    rows: list[tuple[str, str, str, str]] = []
+    out: list[dict[str, str]] = []
+
+    def add(linker: str, store: str, verdict: str, reason: str) -> None:
+        out.append({"linker": linker, "store": store, "verdict": verdict, "reason": reason})
+
     ours = "hicache_sdk.sglang.linker:TransportLinker"
     for name in ("file", "redis", "s3", "mooncake"):
         with _backend(name) as cfg:
@@ -157,27 +173,42 @@ def main() -> int:
                 verdict, why = _certify(ours, {"backend": name, "backend_config": cfg})
             except Exception as e:
                 verdict, why = "fails", f"{type(e).__name__}: {e}"
-            rows.append(("hicache-sdk TransportLinker", name, verdict, why))
+            add("hicache-sdk TransportLinker", f"{name} (plain MHA and MLA models)", verdict, why)
             if name == "mooncake":
                 try:
                     verdict, why = _sglang_mooncake(cfg)
                 except Exception:
                     verdict, why = "error", traceback.format_exc().splitlines()[-1]
-                rows.append(("SGLang MooncakeDirectLinker", "mooncake (plain MHA model)", verdict, why))
-    if args.fs_linker:
-        sys.path.insert(0, args.fs_linker)
-        with _backend("file") as cfg:
-            verdict, why = _certify("sglang_fs_linker.linker:FileSystemLinker", {"root": cfg["root"]})
-        rows.append(("sglang-fs-linker 0.1.0", "its own files", verdict, why))
-    text = "| linker | store | verdict | reason |\n|---|---|---|---|\n" + "\n".join(
-        f"| {a} | {b} | {c} | {d.replace('|', '/')} |" for a, b, c, d in rows
-    )
-    print(text)
-    if args.docs:
-        page = Path(args.docs)
-        doc = page.read_text(encoding="utf-8")
-        i, j = doc.index(START) + len(START), doc.index(END)
-        page.write_text(doc[:i] + "\n" + text + "\n" + doc[j:], encoding="utf-8")
+                add("SGLang MooncakeDirectLinker", "mooncake (plain MHA model)", verdict, why)
+    with tempfile.TemporaryDirectory(prefix="hicache-fs-linker-") as tmp:
+        folder, why_not = _fs_linker_folder(fs_linker, tmp)
+        if folder is None:
+            add("sglang-fs-linker 0.1.0", "its own files", "not run", why_not)
+        else:
+            sys.path.insert(0, folder)
+            with _backend("file") as cfg:
+                verdict, why = _certify("sglang_fs_linker.linker:FileSystemLinker", {"root": cfg["root"]})
+            add("sglang-fs-linker 0.1.0", "its own files", verdict, why)
+    return out
+
+
+def main() -> int:
+    import json
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true", help="print the rows as one JSON line")
+    p.add_argument("--fs-linker", default=None, help="a folder already holding sglang-fs-linker 0.1.0")
+    args = p.parse_args()
+    table = rows(args.fs_linker)
+    if args.json:
+        from importlib import metadata
+
+        doc = {"sglang": metadata.version("sglang"), "python": sys.version.split()[0], "rows": table}
+        print(json.dumps(doc))
+        return 0
+    print("| linker | store | verdict | reason |\n|---|---|---|---|")
+    for r in table:
+        print(f"| {r['linker']} | {r['store']} | {r['verdict']} | {r['reason'].replace('|', '/')} |")
     return 0
 
 

@@ -176,3 +176,16 @@ def test_plot_several_backends(tmp_path: Path, store: str, capsys: pytest.Captur
     w1, h1 = Image.open(png1).size
     w2, h2 = Image.open(png2).size
     assert (w2, h2) == (2 * w1, h1)  # two backends side by side, three op rows each
+
+
+def test_engine_sglang_linker_needs_sglang(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without an importable SGLang (this env), the linker engine says so and exits 2;
+    the measurement itself is tested in tests/sglang/test_sglang_linker_bench.py."""
+    try:
+        import sglang.srt.mem_cache.unified_cache.linker_factory  # noqa: F401
+    except Exception:
+        pass
+    else:
+        pytest.skip("SGLang's linker imports here")
+    assert main(["bench", "memory", "--engine", "sglang-linker", "--pages", "1"]) == 2
+    assert "needs SGLang 0.5.23 or later" in capsys.readouterr().err

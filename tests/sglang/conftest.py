@@ -65,6 +65,7 @@ collect_ignore = (
         "test_sglang_linker.py",
         "test_sglang_linker_wrapper.py",
         "test_sglang_linker_conformance.py",
+        "test_sglang_linker_bench.py",
         "test_sglang_release_bridge.py",
     ]
 )

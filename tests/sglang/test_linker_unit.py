@@ -15,6 +15,7 @@ from hicache_sdk.errors import ConfigError
 from hicache_sdk.memory import MemoryStorage
 from hicache_sdk.sglang.linker import DeviceKVView, LinkerSettings, layer_ranges
 from hicache_sdk.sglang.linker.staging import StagingRing
+from hicache_sdk.sglang.linker.view import layer_groups
 from hicache_sdk.spec import HiCacheStorageConfig
 
 LAYERS, HEADS, DIM, PAGE = 3, 2, 8, 4
@@ -84,6 +85,18 @@ def test_view_segments_and_layer_ranges() -> None:
         ConfigError, match="index_k_with_scale_buffer: a scaled or quantized KV cache, or a DSA"
     ):
         DeviceKVView(dsa, PAGE)
+
+
+def test_layer_groups_double_after_layer_zero() -> None:
+    def spans(n: int) -> list[tuple[int, int]]:
+        return [(g.start, g.stop) for g in layer_groups(n)]
+
+    assert spans(1) == [(0, 1)]
+    assert spans(3) == [(0, 1), (1, 2), (2, 3)]
+    assert spans(32) == [(0, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, 32)]
+    assert spans(33)[-1] == (32, 33)
+    for n in range(1, 70):  # every layer once, in order
+        assert [layer for g in layer_groups(n) for layer in g] == list(range(n))
 
 
 def test_staging_ring_round_trip() -> None:

@@ -3,9 +3,11 @@
 Used only where the raw transport reads ranges natively and cheaply (``cheap_ranges``:
 the file and Mooncake transports) and the key scheme stores one object per page with the
 SDK's integrity trailer (the ``default`` scheme). Each page object holds every K layer,
-then every V layer (:func:`~.view.layer_ranges`); layer ``l`` of a batch is one ranged read
-per page, into the device pool's segments, and is marked complete when every page's
-layer ``l`` has landed. Integrity holds as for whole reads:
+then every V layer (:func:`~.view.layer_ranges`). Layers are read in groups
+(:func:`layer_groups`: layer 0 alone, then 1, 2-3, 4-7, ...), one ranged read per page per
+group (a range per K and V run of the group's layers), into the device pool's segments; a
+group's layers are marked complete when every page's group has landed. So layer 0 lands
+after one small read per page, and a 32-layer batch takes 6 reads per page, not 32. Integrity holds as for whole reads:
 
 * layer 0's read includes each page's trailer, so identity, page and length are checked
   before any layer completes (a foreign or torn page fails the batch at once);
@@ -29,7 +31,7 @@ from typing import Any
 
 from ...paged.header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
 from ...transport import DeadlineScoped, Range, RangedReads, Segment, Transport, has_read_ranges
-from .view import DeviceKVView, layer_ranges
+from .view import DeviceKVView, layer_groups, layer_ranges
 
 __all__ = ["RangedLoader", "ranged_reads_usable"]
 
@@ -103,21 +105,22 @@ class RangedLoader:
             self._load(counter, index, pages)
 
     def _load(self, counter: Any, index: int, pages: list[_Page]) -> None:
-        last = len(self.layers) - 1
+        groups = layer_groups(len(self.layers))
+        last = len(groups) - 1
         names = [page.name for page in pages]
         headers: list[PageHeader] = []
-        for layer, spans in enumerate(self.layers):
+        for g, group in enumerate(groups):
             batch: list[list[Range]] = []
             for page in pages:
-                ranges: list[Range] = [(off, [page.by_offset[off]]) for off, _ in spans]
-                if layer == 0:
+                ranges = self._group_ranges(page, group)
+                if g == 0:
                     ranges.append((page.obj.payload_len, [(ctypes.addressof(page.trailer), TRAILER_SIZE)]))
                 batch.append(ranges)
             got = self.ranged.read_ranges_batch(names, batch)
             if not all(got):
-                raise OSError(f"page {got.index(False)}: layer {layer} did not read")
+                raise OSError(f"page {got.index(False)}: layers {group.start}-{group.stop - 1} did not read")
             for i, page in enumerate(pages):
-                if layer == 0:
+                if g == 0:
                     try:
                         header = PageHeader.decode(bytes(page.trailer))
                         header.check(
@@ -126,8 +129,18 @@ class RangedLoader:
                     except HeaderError as e:
                         raise OSError(f"page {i}: integrity record: {e}") from None
                     headers.append(header)
-            if layer == last:
+            if g == last:
                 for i, (page, header) in enumerate(zip(pages, headers)):
                     if header.checksum is not None and crc32_segments(page.obj.segments) != header.checksum:
                         raise OSError(f"page {i}: checksum mismatch")
-            counter.complete(index, layer)
+            for layer in group:
+                counter.complete(index, layer)
+
+    def _group_ranges(self, page: _Page, group: range) -> list[Range]:
+        """The ranges of layers ``group`` in ``page``: one per part (K, V; MLA: one), each
+        covering the group's consecutive layers of that part, into their segments."""
+        first = self.layers[group.start]
+        return [
+            (off, [page.by_offset[self.layers[layer][part][0]] for layer in group])
+            for part, (off, _) in enumerate(first)
+        ]

@@ -23,7 +23,7 @@ import torch
 
 from ...errors import ConfigError
 
-__all__ = ["DeviceKVView", "layer_ranges"]
+__all__ = ["DeviceKVView", "layer_groups", "layer_ranges"]
 
 #: Buffers a pool may hold beside its per-layer KV that the view would not move: their
 #: pools are refused rather than restored without them.
@@ -146,3 +146,16 @@ def layer_ranges(view: DeviceKVView) -> list[list[tuple[int, int]]]:
             out[layer].append((offset, sizes[part]))
             offset += sizes[part]
     return out
+
+
+def layer_groups(n: int) -> list[range]:
+    """The layers read together, in order: layer 0 alone, then groups that double (1, 2, 4,
+    ...), so the first layers land early and a batch takes ``1 + ceil(log2(n))`` ranged reads
+    per page instead of ``n``."""
+    groups = [range(0, min(1, n))] if n else []
+    start, size = 1, 1
+    while start < n:
+        groups.append(range(start, min(n, start + size)))
+        start += size
+        size *= 2
+    return groups
