@@ -282,11 +282,12 @@ class Remote:
 
     def objs(self, n: int) -> list[Any]:
         import torch
+        from lmcache.v1.memory_management import MemoryFormat
 
-        shape = torch.Size(self.metadata.kv_shape)
+        shapes, dtypes = self.metadata.get_shapes(), self.metadata.get_dtypes()
         out = []
-        for i in range(n):
-            o = self.cpu.allocate([shape], [torch.bfloat16], None)
+        for i in range(n):  # as LMCache's engine allocates a full chunk
+            o = self.cpu.allocate(shapes, dtypes, MemoryFormat.KV_2LTD)
             o.tensor.view(torch.uint8).fill_(i & 0xFF)
             out.append(o)
         return out
@@ -357,6 +358,8 @@ def part_connector(args: argparse.Namespace, workdir: Path) -> list[Any]:
                 },
             }  # fmt: skip
             for group, variants in groups.items():
+                for sub in ("c-ours", "c-fs"):
+                    (workdir / sub).mkdir(exist_ok=True)  # LMCache's fs:// needs its folder
                 remotes = {lb: Remote(url, chunk, keys, plugin) for lb, (url, plugin) in variants.items()}
                 try:
                     objs = {lb: r.objs(keys) for lb, r in remotes.items()}
