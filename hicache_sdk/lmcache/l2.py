@@ -188,7 +188,9 @@ class L2Adapter(L2AdapterInterface):  # type: ignore[misc]
                 self._region = region
             except Exception as e:  # unregistered memory still works, through staging
                 self.metrics.failure("register_memory", e, getattr(transport, "io_errors", ()))
-        inner = getattr(transport, "inner", transport)
+        inner = transport
+        while isinstance(getattr(inner, "inner", None), Transport):  # through every wrapper
+            inner = inner.inner
         registers = type(inner).register_memory is not Transport.register_memory
         #: The registered L1 arena whose chunks move in place (module docs), or ``None``.
         self.in_place_region: tuple[int, int] | None = (

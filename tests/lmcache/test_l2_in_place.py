@@ -130,3 +130,13 @@ def test_an_abandoned_in_place_load_is_reported_only_after_its_transfer_ends(
     else:  # Mooncake failed the read in time itself: a plain miss
         assert early is not None and not early.test(0)
     assert _counters(a)[:2] == (0, 0)
+
+
+def test_only_a_transport_that_registers_memory_moves_l1_in_place(
+    backend_config: Callable[[str], dict[str, Any]], adapters: list[Any]
+) -> None:
+    arena = Arena(1 << 20)
+    for name in ("file", "redis"):  # no registration (file: no deadline; redis: cancellable)
+        a = build(adapter_spec(name, backend_config(name)), l1_memory_desc=arena.desc)
+        adapters.append(a)
+        assert a.in_place_region is None
