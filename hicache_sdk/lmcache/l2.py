@@ -32,7 +32,15 @@ transport directly (LMCache chunks are not SGLang pages). Semantics, LMCache's:
   ``exists_timeout_s`` / ``transfer_timeout_s``.
 * **memory**: LMCache's L1 arena (``l1_memory_desc``) is registered with the transport
   (Mooncake registers it; the others ignore it), so chunks move between the store and L1
-  without a copy where the transport allows.
+  without a copy where the transport allows. Under a deadline, a transport that is not
+  cancellable would get a staging copy of the caller's memory (an abandoned call must never
+  touch memory its owner reuses). A task whose chunks all lie in the registered arena of a
+  transport that registers memory (Mooncake) moves them in place instead
+  (:meth:`~hicache_sdk.resilience.ResilientTransport.held`), and is reported only once
+  every transfer on that memory has ended: LMCache neither frees nor reuses a task's
+  buffers before the task is reported. Such a task still fails (0 bits) when its transfer
+  outlives the deadline, but it completes when the transfer ends (Mooncake bounds its own
+  calls); ``"in_place": false`` keeps the strict deadline, with one staging copy.
 * ``delete`` removes objects and reports the sizes this adapter knows; ``get_usage`` is
   LMCache's byte accounting fed by those notifications; ``report_status`` shows the
   backend, its health and the failure reasons (never its settings: they may hold secrets).
@@ -43,8 +51,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, TypeVar
 
 from lmcache.lmcache_native import Bitmap
 from lmcache.v1.distributed.internal_api import L2StoreResult
@@ -52,6 +61,7 @@ from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface
 from lmcache.v1.distributed.l2_adapters.config import L2AdapterConfigBase
 
 from ..registry import create_backend
+from ..transport import Transport
 from .keys import SCHEME, NameMaker
 from .objects import Chunk, ChunkObjects, layout_identity
 from .settings import L2Settings
@@ -60,6 +70,7 @@ from .tasks import Completions, TaskRunner
 __all__ = ["L2Adapter", "L2AdapterConfig"]
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 class L2AdapterConfig(L2AdapterConfigBase):  # type: ignore[misc]
@@ -78,7 +89,7 @@ class L2AdapterConfig(L2AdapterConfigBase):  # type: ignore[misc]
         return (
             "hicache-sdk L2 adapter (adapter_params): backend (a hicache-sdk backend name or "
             "'module:Class'), backend_config (that backend's settings, as for `hicache sglang-args`), "
-            "workers (threads per direction, 4), task_timeout_s (30)"
+            "workers (threads per direction, 4), task_timeout_s (30), in_place (true: chunks in the registered L1 arena move without a staging copy)"
         )
 
 
@@ -94,6 +105,32 @@ def _layout_of(obj: Any) -> tuple[bytes, int, int]:
     fmt = getattr(meta.fmt, "name", str(meta.fmt))
     ident = layout_identity([tuple(s) for s in shapes], [_name(t) for t in dtypes], fmt)
     return ident, int(obj.data_ptr), int(obj.get_size())
+
+
+class _TaskHold:
+    """The quarantine of one task's in-place transfers (:meth:`ResilientTransport.held`):
+    counts the transfers that may still touch the task's buffers; :meth:`wait` returns once
+    none may (or the adapter closed)."""
+
+    __slots__ = ("_cond", "_n")
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._n = 0
+
+    def hold(self, buffers: Sequence[Any]) -> None:
+        with self._cond:
+            self._n += 1
+
+    def release(self, buffers: Sequence[Any]) -> None:
+        with self._cond:
+            self._n -= 1
+            self._cond.notify_all()
+
+    def wait(self, closed: threading.Event) -> None:
+        with self._cond:
+            while self._n > 0 and not closed.is_set():
+                self._cond.wait(0.05)
 
 
 def _hint_sizes(descs: Mapping[int, Any] | None) -> dict[int, int]:
@@ -142,6 +179,7 @@ class L2Adapter(L2AdapterInterface):  # type: ignore[misc]
         self._sizes: dict[str, int] = {}  # payload bytes of the objects this adapter stored
         self._sizes_lock = threading.Lock()
         self._closed = False
+        self._closing = threading.Event()
         self._region: tuple[int, int] | None = None
         if l1_memory_desc is not None:
             region = (int(l1_memory_desc.ptr), int(l1_memory_desc.size))
@@ -150,6 +188,16 @@ class L2Adapter(L2AdapterInterface):  # type: ignore[misc]
                 self._region = region
             except Exception as e:  # unregistered memory still works, through staging
                 self.metrics.failure("register_memory", e, getattr(transport, "io_errors", ()))
+        inner = transport
+        while isinstance(getattr(inner, "inner", None), Transport):  # through every wrapper
+            inner = inner.inner
+        registers = type(inner).register_memory is not Transport.register_memory
+        #: The registered L1 arena whose chunks move in place (module docs), or ``None``.
+        self.in_place_region: tuple[int, int] | None = (
+            self._region
+            if settings.in_place is not False and registers and hasattr(transport, "held")
+            else None
+        )
 
     # -- event fds -------------------------------------------------------------------
     def get_store_event_fd(self) -> int:
@@ -178,15 +226,36 @@ class L2Adapter(L2AdapterInterface):  # type: ignore[misc]
             out.append(Chunk(name, address, nbytes, ident))
         return out
 
+    def _in_place(self, chunks: Sequence[Chunk]) -> bool:
+        """Whether every chunk's payload lies in the registered L1 arena (module docs)."""
+        region = self.in_place_region
+        if region is None or not chunks:
+            return False
+        lo, hi = region[0], region[0] + region[1]
+        return all(lo <= c.address and c.address + c.nbytes <= hi for c in chunks)
+
+    def _run_held(self, in_place: bool, fn: Callable[[], R]) -> R:
+        """``fn()``, with its transfers in place when ``in_place``; returns only once no
+        transfer of it may still touch the task's buffers."""
+        if not in_place:
+            return fn()
+        hold = _TaskHold()
+        try:
+            with self._transport.held(hold):
+                return fn()
+        finally:
+            hold.wait(self._closing)
+
     # -- store -----------------------------------------------------------------------
     def submit_store_task(self, keys: list[Any], objects: list[Any]) -> int:
         """Create-if-absent store of ``objects[i]`` under ``keys[i]`` (see the module docs).
         ``ValueError`` for mismatched lengths or a malformed key, before anything runs."""
         chunks = self._chunks(keys, objects)
         keys, held = list(keys), list(objects)  # the buffers stay alive until the task ends
+        in_place = self._in_place(chunks)
 
         def work() -> L2StoreResult:
-            ok, created = self.objects.store(chunks)
+            ok, created = self._run_held(in_place, partial(self.objects.store, chunks))
             del held[:]
             made = [i for i, c in enumerate(created) if c]
             if made:
@@ -235,9 +304,10 @@ class L2Adapter(L2AdapterInterface):  # type: ignore[misc]
         chunks = self._chunks(keys, objects)
         keys, held = list(keys), list(objects)  # the buffers stay alive until the task ends
         n = len(chunks)
+        in_place = self._in_place(chunks)
 
         def work() -> Bitmap:
-            ok = self.objects.load(chunks)
+            ok = self._run_held(in_place, partial(self.objects.load, chunks))
             del held[:]
             bits = Bitmap(n)
             hits = [i for i, good in enumerate(ok) if good]
@@ -293,6 +363,7 @@ class L2Adapter(L2AdapterInterface):  # type: ignore[misc]
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         self._stores.close()
         self._reads.close()
         for done in (self._store_done, self._lookup_done, self._load_done):

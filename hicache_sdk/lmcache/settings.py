@@ -18,6 +18,10 @@ connector's config) is a JSON object::
 * ``workers`` [4]: threads per direction (stores on their own, lookups and loads on theirs).
 * ``task_timeout_s`` [30.0]: a task not started this long after submission completes as
   failed without I/O, so a stalled store never holds LMCache's poll loop.
+* ``in_place`` [``true``]: chunks in LMCache's registered L1 arena move in place over a
+  transport that registers memory (Mooncake), and such a task is reported once its
+  transfers have ended; ``false``: through the resilience layer's staging (one copy each
+  way), every task reported by its deadline (see :mod:`.l2`).
 
 Anything else is refused with a ``ValueError`` naming the key.
 """
@@ -31,7 +35,7 @@ from typing import Any
 
 __all__ = ["L2Settings"]
 
-_KEYS = ("backend", "backend_config", "workers", "task_timeout_s")
+_KEYS = ("backend", "backend_config", "workers", "task_timeout_s", "in_place")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class L2Settings:
     backend_config: Mapping[str, Any] = field(default_factory=dict)
     workers: int = 4
     task_timeout_s: float = 30.0
+    in_place: bool = True
 
     @classmethod
     def from_mapping(cls, params: object) -> L2Settings:
@@ -77,4 +82,7 @@ class L2Settings:
         timeout = params.get("task_timeout_s", 30.0)
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
             raise ValueError(f"adapter_params.task_timeout_s must be a number > 0, got {timeout!r}")
-        return cls(backend, dict(config), workers, float(timeout))
+        in_place = params.get("in_place", True)
+        if not isinstance(in_place, bool):
+            raise ValueError(f"adapter_params.in_place must be true or false, got {in_place!r}")
+        return cls(backend, dict(config), workers, float(timeout), in_place)

@@ -37,6 +37,11 @@ A call goes through these steps, outermost first:
    left: the remaining objects miss (``staging_exhausted``). ``caller_owns_memory=False``
    (the SDK owns the pool): the caller's memory goes to the transport and a
    :class:`~.policies.Quarantine` keeps those slots out of reuse until the I/O ends.
+   Per call, a caller that can itself keep its memory out of reuse until the I/O ends
+   opens :meth:`ResilientTransport.held` with a quarantine of its own: inside it, a
+   transport that is not cancellable gets the caller's memory as is (no staging; counter
+   ``held_<op>s``, objects), and an abandoned call releases that quarantine only when it
+   ends (the LMCache binding does not report a task before then; ``docs/resilience.md``).
 5. **Errors** become misses: an I/O failure under its reason, any other exception as a bug
    (``bug:<ExceptionType>``, logged once with its traceback; see
    :meth:`~hicache_sdk.metrics.backend.Metrics.failure`). ``ValueError`` (bad arguments)
@@ -122,6 +127,22 @@ class _Scope:
 
     def __exit__(self, *exc: object) -> None:
         self._local.end = self._prev
+
+
+class _Held:
+    """:meth:`ResilientTransport.held`: sets the thread's quarantine for the block."""
+
+    __slots__ = ("_local", "_prev", "_q")
+
+    def __init__(self, local: threading.local, q: Quarantine) -> None:
+        self._local, self._q = local, q
+
+    def __enter__(self) -> None:
+        self._prev = getattr(self._local, "held", None)
+        self._local.held = self._q
+
+    def __exit__(self, *exc: object) -> None:
+        self._local.held = self._prev
 
 
 class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
@@ -237,6 +258,17 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
         wrapper inside the block ends by the end of one ``op`` started now (or earlier, when
         its own deadline or an enclosing scope's ends first): the deadline of a whole batch."""
         return _Scope(self._local, self._end(op))
+
+    def held(self, quarantine: Quarantine) -> _Held:
+        """``with rt.held(q):`` -- reads and writes this thread makes through this wrapper
+        inside the block, on a transport that is not cancellable, take the caller's memory
+        as is (no staging copy): ``q.hold(buffers)`` before the call starts and
+        ``q.release(buffers)`` once it has ended (for an abandoned call: when its I/O ends,
+        after the caller got its misses). The caller promises that, between the two, the
+        memory is neither reused nor freed -- e.g. by reporting its own result only after
+        ``release``. Calls without a deadline run inline as always; a cancellable transport
+        is cancelled at the deadline as always (it needs no quarantine)."""
+        return _Held(self._local, quarantine)
 
     def deadline_passed(self) -> bool:
         """Whether this thread's :meth:`deadline_scope` has ended: a call made now would not
@@ -502,10 +534,14 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
         if not self._admit(end):
             self._record(f"t_{op}", t0, 0, 0, False)
             return out
+        held: Quarantine | None = getattr(self._local, "held", None)
         if self.policies.deadline.seconds(op) <= 0 or not self._owns:
             ok = self._direct(op, keys, buffers, out, end)
         elif self._inner.cancellable:
             ok = self._cancellable(op, keys, buffers, out, end)
+        elif held is not None:
+            self._metrics.count(f"held_{op}s", n)
+            ok = self._direct(op, keys, buffers, out, end, held)
         else:
             ok = self._staged(op, keys, buffers, sizes, out, end)
         if all(out):
@@ -521,11 +557,20 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
         return partial(_answers, fn, keys, buffers, **kw)
 
     def _direct(
-        self, op: str, keys: list[str], buffers: Sequence[Segments], out: list[bool], end: float | None
+        self,
+        op: str,
+        keys: list[str],
+        buffers: Sequence[Segments],
+        out: list[bool],
+        end: float | None,
+        held: Quarantine | None = None,
     ) -> bool:
-        """The caller's memory to the transport: inline, or (the SDK owns the memory) on a
-        worker with the slots quarantined until the I/O ends."""
-        q = self._quarantine if self.policies.deadline.seconds(op) > 0 and not self._owns else None
+        """The caller's memory to the transport: inline, or (the SDK owns the memory, or
+        the caller holds it: ``held``) on a worker with the slots quarantined until the I/O
+        ends."""
+        q = None
+        if self.policies.deadline.seconds(op) > 0:
+            q = held if held is not None else (self._quarantine if not self._owns else None)
         if q is None:
             status, got = self._call(op, self._move(op, keys, buffers), end)
         else:

@@ -99,6 +99,10 @@ def test_settings_parse_and_refuse() -> None:
         L2Settings.from_mapping({"backend": "file", "task_timeout_s": -1})
     with pytest.raises(ValueError, match="backend_config"):
         L2Settings.from_mapping({"backend": "file", "backend_config": [1]})
+    assert s.in_place is True
+    assert L2Settings.from_mapping({"backend": "file", "in_place": False}).in_place is False
+    with pytest.raises(ValueError, match="in_place"):
+        L2Settings.from_mapping({"backend": "file", "in_place": "no"})
 
 
 def test_the_sdk_never_imports_lmcache_and_the_bindings_stay_apart() -> None:

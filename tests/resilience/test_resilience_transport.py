@@ -525,6 +525,31 @@ def test_caller_does_not_own_memory_uses_quarantine() -> None:
         make(MisbehavingTransport(), caller_owns_memory=False)
 
 
+def test_held_scope_passes_caller_memory_through_until_the_io_ends() -> None:
+    t = MisbehavingTransport()  # not cancellable: outside the scope, reads are staged
+    t.store["k"] = b"r" * 64
+    w, m = make(t, Cfg(transfer_timeout_s=0.05))
+    dst = Buf(64)
+    assert w.read(["k"], [dst.segs()]) == [True] and m.counter("staging_copies_in") == 1
+    q = FakeQuarantine()
+    with w.held(q):
+        assert w.read(["k"], [dst.segs()]) == [True]
+        assert w.write(["w"], [dst.segs()]) == [True]
+    assert t.seen_buffers[-2:] == [[dst.segs()], [dst.segs()]]  # the caller's memory, as is
+    assert q.events == [("hold", 1), ("release", 1)] * 2
+    assert m.counter("held_reads") == 1 and m.counter("held_writes") == 1
+    assert (m.counter("staging_copies_in"), m.counter("staging_copies_out")) == (1, 0)
+    t.delay["read"] = 0.3
+    with w.held(q):
+        assert w.read(["k"], [dst.segs()]) == [False]  # abandoned at the deadline ...
+    assert q.events[-1] == ("hold", 1)  # ... and still held: its I/O may write there
+    assert wait_for(lambda: q.events[-1] == ("release", 1))
+    t.delay["read"] = 0.0
+    assert w.read(["k"], [dst.segs()]) == [True]  # outside the scope: staged again
+    assert m.counter("held_reads") == 2 and m.counter("staging_copies_in") == 2
+    w.close()
+
+
 def test_wrap_is_idempotent_and_accepts_backend_config() -> None:
     t = MisbehavingTransport()
     m = Metrics()
