@@ -41,6 +41,8 @@ from typing import Any
 
 import torch
 
+from hicache_sdk.bench.linker import fill_buffers
+
 __all__ = ["CHECKS", "LinkerEnv", "linker_env"]
 
 PAGE = 4
@@ -113,13 +115,7 @@ def device_pool(kind: str = "mha", seed: int | None = None) -> Any:
     else:
         pool = MLATokenToKVPool(TOKENS, PAGE, torch.bfloat16, 8, 4, LAYERS, "cpu", False)
         bufs = list(pool.kv_buffer)
-    gen = torch.Generator().manual_seed(seed or 0)
-    for b in bufs:
-        raw = b.view(torch.uint8)
-        if seed is None:
-            raw.zero_()
-        else:
-            raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+    fill_buffers(bufs, seed)
     return pool
 
 
@@ -139,14 +135,9 @@ def swa_pool(seed: int | None = None) -> Any:
         full_attention_layer_ids=[0, 2],
         device="cpu",
     )
-    gen = torch.Generator().manual_seed(seed or 0)
-    for sub in (pool.full_kv_pool, pool.swa_kv_pool):
-        for b in [*sub.k_buffer, *sub.v_buffer]:
-            raw = b.view(torch.uint8)
-            if seed is None:
-                raw.zero_()
-            else:
-                raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+    fill_buffers(
+        [b for sub in (pool.full_kv_pool, pool.swa_kv_pool) for b in (*sub.k_buffer, *sub.v_buffer)], seed
+    )
     return pool
 
 

@@ -71,6 +71,20 @@ class LinkerPlan:
         return (2 * (self.pages + 1) + self.pages) * self.page_bytes()
 
 
+def fill_buffers(buffers: list[Any], seed: int | None) -> None:
+    """Fill device-pool tensors ``buffers`` with random bytes from ``seed`` (``None``:
+    zeros), the same bytes for the same seed and shapes."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed or 0)
+    for b in buffers:
+        raw = b.view(torch.uint8)
+        if seed is None:
+            raw.zero_()
+        else:
+            raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+
+
 def _pool(plan: LinkerPlan, seed: int | None) -> Any:
     import torch
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
@@ -79,13 +93,7 @@ def _pool(plan: LinkerPlan, seed: int | None) -> Any:
     pool = MHATokenToKVPool(
         (plan.pages + 1) * page, page, torch.bfloat16, _HEADS, _HEAD_DIM, plan.layers, "cpu", False
     )
-    gen = torch.Generator().manual_seed(seed or 0)
-    for b in [*pool.k_buffer, *pool.v_buffer]:
-        raw = b.view(torch.uint8)
-        if seed is None:
-            raw.zero_()
-        else:
-            raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+    fill_buffers([*pool.k_buffer, *pool.v_buffer], seed)
     return pool
 
 

@@ -18,6 +18,8 @@ from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.linker_factory import create_unified_cache_linker
 from sglang_pools import DTYPE, HEAD_DIM, HEADS, KV_LORA_RANK, LAYERS, PAGE_SIZE, QK_ROPE_HEAD_DIM
 
+from hicache_sdk.bench.linker import fill_buffers
+
 DEVICE_TOKENS = 64
 
 
@@ -31,13 +33,7 @@ def device_pool(kind: str = "mha", seed: int | None = None) -> Any:
             DEVICE_TOKENS, PAGE_SIZE, DTYPE, KV_LORA_RANK, QK_ROPE_HEAD_DIM, LAYERS, "cpu", False
         )
         bufs = list(pool.kv_buffer)
-    gen = torch.Generator().manual_seed(seed or 0)
-    for b in bufs:
-        raw = b.view(torch.uint8)
-        if seed is None:
-            raw.zero_()
-        else:
-            raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+    fill_buffers(bufs, seed)
     return pool
 
 
@@ -62,14 +58,9 @@ def swa_pool(seed: int | None = None) -> Any:
         full_attention_layer_ids=SWA_FULL_LAYERS,
         device="cpu",
     )
-    gen = torch.Generator().manual_seed(seed or 0)
-    for sub in (pool.full_kv_pool, pool.swa_kv_pool):
-        for b in [*sub.k_buffer, *sub.v_buffer]:
-            raw = b.view(torch.uint8)
-            if seed is None:
-                raw.zero_()
-            else:
-                raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+    fill_buffers(
+        [b for sub in (pool.full_kv_pool, pool.swa_kv_pool) for b in (*sub.k_buffer, *sub.v_buffer)], seed
+    )
     return pool
 
 
