@@ -210,7 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level", action="append", default=[], help="suite levels (default: all)")
     p.add_argument("--render", action="store_true", help="only regenerate the doc from the last run")
     p.add_argument("--no-write", action="store_true", help="run, but write neither results nor the doc")
+    p.add_argument(
+        "--lmcache", action="store_true", help="the LMCache rows (in the LMCache env), then the doc"
+    )
     args = p.parse_args(argv)
+    if args.lmcache:
+        return __import__("lmcache_matrix").run(args.only and args.only.split(",")) or main(["--render"])
 
     from render import render
 

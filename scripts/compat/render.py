@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 from findings import DEFECT, STRICT, SUITE, Finding, classify
+from lmcache_matrix import render as render_lmcache
 from rows import NOT_RUNNABLE, OUTSIDE, ROWS
 
 HEADER = """# Compatibility matrix: SGLang 0.5.23's HiCache storage backends
@@ -26,6 +27,9 @@ Reproduce it with `tox -e matrix` (it installs SGLang 0.5.23 without its GPU dep
 every backend's library and server, and starts and stops the servers itself on free
 127.0.0.1 ports); `tox -e matrix -- --only file,sim` runs some rows.
 """
+
+#: More sections of the doc, each rendered from its own results (in this order).
+EXTRA_SECTIONS = [render_lmcache]
 
 KIND_TITLE = {
     DEFECT: "defect of the backend",
@@ -134,6 +138,7 @@ def render(run: dict[str, Any]) -> str:
             f"| `{o.dist}` {res.get('version', o.version)} | `{o.module}:{o.cls}` | {built} | not run: {o.why_not_run} |"
         )
     out.append("")
+    out.extend(section(run) for section in EXTRA_SECTIONS)
     return "\n".join(out)
 
 
