@@ -35,6 +35,8 @@ from typing import Any
 __all__ = [
     "Harness",
     "NotBuilt",
+    "Stuck",
+    "bounded",
     "Timed",
     "connector_class",
     "connector_config",
@@ -126,6 +128,35 @@ def connector_config(target: str, config: Mapping[str, Any] | None = None) -> di
 
 class NotBuilt(RuntimeError):
     """LMCache did not build the connector (its log lines say why)."""
+
+
+class Stuck(AssertionError):
+    """A call did not return within its deadline."""
+
+
+#: How long one call through LMCache may take before the suite calls it stuck.
+CALL_TIMEOUT_S = 60.0
+
+
+def bounded(fn: Any, *args: Any, timeout: float = CALL_TIMEOUT_S, what: str = "") -> Any:
+    """``fn(*args)`` on a thread of its own; :class:`Stuck` when it has not returned in
+    ``timeout`` seconds (the thread is left behind: a daemon)."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=call, daemon=True, name="hicache-bounded-call")
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise Stuck(f"{what or getattr(fn, '__name__', 'the call')} did not return in {timeout:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 class _Records(logging.Handler):
@@ -287,24 +318,57 @@ class Harness:
         torch.frombuffer(raw, dtype=torch.uint8).copy_(src)
         return o
 
-    # -- calls -------------------------------------------------------------------------
-    def run(self, coro: Any, timeout: float = 60.0) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+    # -- calls (each bounded: a stuck call fails the test, it never hangs the suite) ------
+    def run(self, coro: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            fut.cancel()
+            raise Stuck(
+                f"{getattr(coro, '__qualname__', 'a coroutine')} did not return in {timeout:.0f} s"
+            ) from None
 
-    def put(self, key: Any, obj: Any, timeout: float = 60.0) -> None:
+    def put(self, key: Any, obj: Any, timeout: float = CALL_TIMEOUT_S) -> None:
         """Put through LMCache's ``RemoteBackend`` (its serializer takes a reference, its
         connector wrapper drops it), and wait for the put to finish."""
-        fut = self.backend.submit_put_task(key, obj)
-        fut.result(timeout)
+        fut = bounded(self.backend.submit_put_task, key, obj, timeout=timeout, what="submit_put_task")
+        try:
+            fut.result(timeout)
+        except TimeoutError:
+            raise Stuck(f"a put did not finish in {timeout:.0f} s") from None
 
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            if self.backend is not None:
-                self.backend.close()
+    def contains(self, key: Any) -> bool:
+        """``RemoteBackend.contains`` (LMCache waits for the connector without a deadline)."""
+        return bool(bounded(self.backend.contains, key, what="contains"))
+
+    def get_blocking(self, key: Any) -> Any:
+        return bounded(self.backend.get_blocking, key, what="get_blocking")
+
+    def batched_contains(self, keys: list[Any]) -> int:
+        return int(bounded(self.backend.batched_contains, keys, what="batched_contains"))
+
+    def batched_get_blocking(self, keys: list[Any]) -> list[Any]:
+        got: list[Any] = bounded(self.backend.batched_get_blocking, keys, what="batched_get_blocking")
+        return got
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Close LMCache's backend (and so the connector), then the allocator and the loop;
+        whether the backend's close returned within ``timeout``."""
+        closed = True
+        if self.backend is not None:
+            backend, self.backend = self.backend, None
+            try:
+                bounded(backend.close, timeout=timeout, what="close")
+            except Stuck:
+                closed = False
+            except Exception:
+                pass
         with contextlib.suppress(Exception):
             self.cpu.close()
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
+        self._thread.join(10 if closed else 1)  # a loop stuck in close is left behind
+        return closed
 
 
 class Timed:

@@ -24,7 +24,8 @@ and ``remote_backend.py``):
 * ``async`` methods never hold LMCache's event loop for their I/O (each step the
   coroutine takes on the loop is timed while the I/O is in flight); ``exists_sync`` answers
   while the loop is busy;
-* nothing raises into LMCache's worker, with odd keys or a stalled service;
+* nothing raises into LMCache's worker, with odd keys or a stalled service; ``close``
+  returns;
 * chunks of 32 MiB round-trip.
 """
 
@@ -35,7 +36,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -77,7 +77,7 @@ class ConnectorTests:
 
         yield make
         for h in made:
-            h.close()
+            h.close(timeout=5)  # test_close_returns judges close
 
     @pytest.fixture
     def h(self, deploy: Callable[..., E.Harness]) -> E.Harness:
@@ -100,8 +100,8 @@ class ConnectorTests:
         src = [h.obj(i + 1) for i in range(3)]
         for k, o in zip(keys, src):
             h.put(k, o)
-        assert all(h.backend.contains(k) for k in keys), "a stored chunk is not found"
-        got = [h.backend.get_blocking(k) for k in keys]
+        assert all(h.contains(k) for k in keys), "a stored chunk is not found"
+        got = [h.get_blocking(k) for k in keys]
         assert all(g is not None for g in got), "a stored chunk did not load"
         for g, o in zip(got, src):
             assert _bytes(g) == _bytes(o), "a chunk came back with other bytes"
@@ -124,8 +124,8 @@ class ConnectorTests:
         keys = [h.key((tag, i)) for i in range(4)]
         for i in (0, 2):
             h.put(keys[i], h.obj(i))
-        assert h.backend.batched_contains(keys) == 1, "batched_contains is not the leading run of hits"
-        got = h.backend.batched_get_blocking(keys)
+        assert h.batched_contains(keys) == 1, "batched_contains is not the leading run of hits"
+        got = h.batched_get_blocking(keys)
         assert [g is not None for g in got] == [True, False, True, False]
         for g in got:
             if g is not None:
@@ -166,13 +166,16 @@ class ConnectorTests:
     # -- sizes and layouts -----------------------------------------------------------
     def test_an_object_of_another_size_is_a_miss(self, deploy: Callable[..., E.Harness], tag: str) -> None:
         a, b = deploy(layers=2), deploy(layers=2, head_size=32)
-        key = a.key(tag)
-        a.put(key, a.obj(5))
+        key, src = a.key(tag), a.obj(5)
+        a.put(key, src)
         got = b.run(b.wrapper.get(key))
         if got is not None:
             size = got.get_size()
             got.ref_count_down()
-            raise AssertionError(f"a chunk stored with {a.obj(0).get_size()} bytes loaded as {size} bytes")
+            raise AssertionError(
+                f"a chunk of {src.get_size()} bytes was a hit for a deployment whose chunk is "
+                f"{b.obj(0).get_size()} bytes (it loaded {size} bytes)"
+            )
 
     def test_another_layout_of_the_same_size_is_a_miss(
         self, deploy: Callable[..., E.Harness], tag: str
@@ -184,7 +187,10 @@ class ConnectorTests:
         if got is not None:
             shape = list(got.meta.shape)
             got.ref_count_down()
-            raise AssertionError(f"a chunk of shape {list(a.meta.get_shapes()[0])} loaded as {shape}")
+            raise AssertionError(
+                f"a chunk of shape {list(a.meta.get_shapes()[0])} was a hit for a deployment of shape "
+                f"{list(b.meta.get_shapes()[0])} (it loaded {shape})"
+            )
 
     # -- isolation -------------------------------------------------------------------
     @pytest.mark.parametrize("field", ["model", "world_size", "worker_id", "dtype", "tag"])
@@ -200,15 +206,15 @@ class ConnectorTests:
         }[field]
         base = {"request_configs": {"lmcache.tag.tenant": "a"}} if field == "tag" else {}
         h.put(h.key(tag, **base), h.obj(2))
-        assert h.backend.contains(h.key(tag, **base)), "a stored chunk is not found"
-        assert not h.backend.contains(h.key(tag, **other)), f"a key differing only in {field} was found"
-        assert h.backend.get_blocking(h.key(tag, **other)) is None, f"a key differing only in {field} loaded"
+        assert h.contains(h.key(tag, **base)), "a stored chunk is not found"
+        assert not h.contains(h.key(tag, **other)), f"a key differing only in {field} was found"
+        assert h.get_blocking(h.key(tag, **other)) is None, f"a key differing only in {field} loaded"
 
     # -- short chunks and MLA --------------------------------------------------------
     def test_short_chunks_come_back_short(self, h: E.Harness, tag: str) -> None:
         key, src = h.key(tag), h.obj(4, num_tokens=16)
         h.put(key, src)
-        got = h.backend.get_blocking(key)
+        got = h.get_blocking(key)
         assert got is not None, "a short chunk did not load"
         try:
             assert got.get_size() == src.get_size(), (
@@ -224,7 +230,7 @@ class ConnectorTests:
         key0, key1 = r0.key(tag), r1.key(tag)
         src = r0.obj(6)
         r0.put(key0, src)
-        got = r1.backend.get_blocking(key1)
+        got = r1.get_blocking(key1)
         assert got is not None, "rank 1 did not read the MLA chunk rank 0 wrote"
         try:
             assert _bytes(got) == _bytes(src)
@@ -232,7 +238,7 @@ class ConnectorTests:
             got.ref_count_down()
         only1 = r1.key((tag, "rank1"))
         r1.put(only1, r1.obj(8))
-        assert not r0.backend.contains(r0.key((tag, "rank1"))), "rank 1 wrote an MLA chunk"
+        assert not r0.contains(r0.key((tag, "rank1"))), "rank 1 wrote an MLA chunk"
 
     # -- the event loop ----------------------------------------------------------------
     def test_async_calls_never_hold_the_event_loop(self, deploy: Callable[..., E.Harness], tag: str) -> None:
@@ -289,16 +295,13 @@ class ConnectorTests:
 
         fut = asyncio.run_coroutine_threadsafe(occupy(), h.loop)
         busy.wait(10)
+        answers: tuple[bool, bool] | None = None
         try:
-            with ThreadPoolExecutor(1) as pool:
-                hit = pool.submit(h.wrapper.exists_sync, key)
-                miss = pool.submit(h.wrapper.exists_sync, h.key((tag, "absent")))
-                try:
-                    answers = (hit.result(10), miss.result(10))
-                except TimeoutError:
-                    answers = None
-                finally:
-                    release.set()
+            hit = E.bounded(h.wrapper.exists_sync, key, timeout=10)
+            miss = E.bounded(h.wrapper.exists_sync, h.key((tag, "absent")), timeout=10)
+            answers = (hit, miss)
+        except E.Stuck:
+            pass
         finally:
             release.set()
             fut.result(30)
@@ -330,7 +333,7 @@ class ConnectorTests:
             out: dict[str, Any] = {}
             for name, call in (
                 ("exists", lambda: h.run(h.wrapper.exists(stored), STALLED_DEADLINE_S + 5)),
-                ("exists_sync", lambda: h.wrapper.exists_sync(stored)),
+                ("exists_sync", lambda: E.bounded(h.wrapper.exists_sync, stored, timeout=STALLED_DEADLINE_S + 5)),
                 ("get", lambda: h.run(h.wrapper.get(stored), STALLED_DEADLINE_S + 5)),
                 ("put", lambda: (obj.ref_count_up(), h.run(h.wrapper.put(h.key((tag, 1)), obj), STALLED_DEADLINE_S + 5))),
             ):  # fmt: skip
@@ -347,13 +350,18 @@ class ConnectorTests:
         assert took < 4 * STALLED_DEADLINE_S, f"the calls took {took:.0f} s while the service was stalled"
         assert obj.get_ref_count() == 1
 
+    def test_close_returns(self, deploy: Callable[..., E.Harness], tag: str) -> None:
+        h = deploy()
+        h.put(h.key(tag), h.obj(1))
+        assert h.close(), "closing the connector (LMCache's RemoteBackend.close) did not return in 30 s"
+
     # -- large chunks ----------------------------------------------------------------
     def test_32_mib_chunks_round_trip(self, deploy: Callable[..., E.Harness], tag: str) -> None:
         h = deploy(layers=32, heads=8, head_size=128)  # 256 tokens x 32 layers: 32 MiB bf16
         key, src = h.key(tag), h.obj(9)
         assert src.get_size() == 32 << 20
         h.put(key, src, timeout=120)
-        got = h.backend.get_blocking(key)
+        got = h.get_blocking(key)
         assert got is not None, "a 32 MiB chunk did not load"
         try:
             assert _bytes(got) == _bytes(src), "a 32 MiB chunk came back with other bytes"
