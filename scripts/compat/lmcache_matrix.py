@@ -285,10 +285,15 @@ def _one_line(s: str, n: int = 240) -> str:
 
 
 def render(_run: dict[str, Any] | None = None) -> str:
-    """The LMCache section of ``docs/compatibility.md`` (from ``docs/compatibility_lmcache.json``)."""
+    """The LMCache section of ``docs/compatibility.md`` (from ``docs/compatibility_lmcache.json``;
+    empty before its first run)."""
     if not RESULTS.exists():
         return ""
-    doc = json.loads(RESULTS.read_text(encoding="utf-8"))
+    return render_doc(json.loads(RESULTS.read_text(encoding="utf-8")))
+
+
+def render_doc(doc: dict[str, Any]) -> str:
+    """The LMCache section from a run's results (what :func:`run` writes)."""
     out = ["## LMCache: L2 adapters and remote connectors\n"]
     out.append(
         f"The suite's LMCache contracts (`hicache check TARGET --engine lmcache-l2` and "
