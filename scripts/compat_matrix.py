@@ -211,9 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--render", action="store_true", help="only regenerate the doc from the last run")
     p.add_argument("--no-write", action="store_true", help="run, but write neither results nor the doc")
     p.add_argument("--linker", action="store_true", help="only the linker rows (compat/linker_table.py)")
+    p.add_argument(
+        "--lmcache", action="store_true", help="the LMCache rows (in the LMCache env), then the doc"
+    )
     args = p.parse_args(argv)
     if args.linker:
         return int(__import__("linker_table").run_linker())
+    if args.lmcache:
+        return __import__("lmcache_matrix").run(args.only and args.only.split(",")) or main(["--render"])
 
     from render import render
 

@@ -87,10 +87,11 @@ CountingClose
 _NeedsAnArgument
 
 # LMCache's plug points, called by LMCache by name: the connector adapter protocol and the
-# L2 adapter's config-class lookup.
+# L2 adapter's config-class lookup, and the connector's remove (RemoteBackend.remove).
 can_parse
 create_connector
 config_class_name
+remove_sync
 
 # SGLang's duck-typed tree stand-in for UnifiedCacheLinkerWrapper (tests/sglang): the wrapper
 # reads these by name.

@@ -32,6 +32,11 @@ metadata.
   releases the allocation on any failure;
 * **put** is create-if-absent and never releases the caller's object (LMCache's
   instrumented wrapper does);
+* **MLA** (``use_mla``, more than one rank): every rank holds the same latent cache, so
+  the object name leaves out the worker id (every rank reads one object) and only rank 0
+  writes it; a put on another rank is a no-op. LMCache's ``RemoteBackend`` does the same
+  by default (``remote_enable_mla_worker_id_as0``); the connector keeps the rule when an
+  operator turns that off, or uses the connector without it;
 * nothing raises into LMCache's worker for an I/O failure; ``list`` is empty (a transport
   cannot enumerate its objects).
 """
@@ -91,12 +96,19 @@ class TransportConnector(RemoteConnector):  # type: ignore[misc]
         self.identity = layout_identity(
             [tuple(s) for s in self.meta_shapes], [_dtype_name(t) for t in self.meta_dtypes], fmt
         )
+        meta = context.metadata
+        #: MLA over several ranks: one object per chunk, written by rank 0 only.
+        self.mla_shared = bool(getattr(meta, "use_mla", False)) and int(getattr(meta, "world_size", 1)) > 1
+        self.writes = not self.mla_shared or int(getattr(meta, "worker_id", 0)) == 0
         self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="hicache-lmc-conn")
         self._closed = False
 
     # -- names ---------------------------------------------------------------------
     def object_name(self, key: Any) -> str:
-        """``[<namespace>/]lmc1c_<model>_<sha256 of the key's string>``."""
+        """``[<namespace>/]lmc1c_<model>_<sha256 of the key's string>`` (for MLA over several
+        ranks, the key's string with worker id 0)."""
+        if self.mla_shared and getattr(key, "worker_id", 0) != 0 and hasattr(key, "with_new_worker_id"):
+            key = key.with_new_worker_id(0)
         text = key.to_string() if hasattr(key, "to_string") else str(key)
         digest = hashlib.sha256(self._salt + b"\0" + text.encode("utf-8", "surrogatepass")).hexdigest()
         model = sanitize_component(str(getattr(key, "model_name", "")))[:32]
@@ -154,7 +166,7 @@ class TransportConnector(RemoteConnector):  # type: ignore[misc]
             return None
 
     def _put_sync(self, key: Any, memory_obj: Any) -> None:
-        if self._closed:
+        if self._closed or not self.writes:
             return
         chunk = Chunk(
             self.object_name(key), int(memory_obj.data_ptr), int(memory_obj.get_size()), self.identity

@@ -59,7 +59,7 @@ NOT_YET = (
 )
 
 
-def render_linker() -> str:
+def render_linker(_run: dict[str, Any] | None = None) -> str:
     """The section, from the last ``--linker`` run (a line saying so when there is none)."""
     if not RESULTS.exists():
         return _INTRO + "\nNot run yet: `python scripts/compat_matrix.py --linker`.\n"

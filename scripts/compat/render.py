@@ -8,6 +8,7 @@ from typing import Any
 
 from findings import DEFECT, STRICT, SUITE, Finding, classify
 from linker_table import render_linker
+from lmcache_matrix import render as render_lmcache
 from rows import NOT_RUNNABLE, OUTSIDE, ROWS
 
 HEADER = """# Compatibility matrix: SGLang 0.5.23's HiCache storage backends
@@ -28,8 +29,8 @@ every backend's library and server, and starts and stops the servers itself on f
 127.0.0.1 ports); `tox -e matrix -- --only file,sim` runs some rows.
 """
 
-#: Sections after the matrix's own, each rendered from its own run file.
-EXTRA_SECTIONS = [render_linker]
+#: Sections after the matrix's own, each rendered from its own run file (in this order).
+EXTRA_SECTIONS = [render_lmcache, render_linker]
 
 KIND_TITLE = {
     DEFECT: "defect of the backend",
@@ -138,7 +139,7 @@ def render(run: dict[str, Any]) -> str:
             f"| `{o.dist}` {res.get('version', o.version)} | `{o.module}:{o.cls}` | {built} | not run: {o.why_not_run} |"
         )
     out.append("")
-    out.extend(section() for section in EXTRA_SECTIONS)
+    out.extend(section(run) for section in EXTRA_SECTIONS)
     return "\n".join(out)
 
 

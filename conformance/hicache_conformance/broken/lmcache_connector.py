@@ -2,17 +2,27 @@
 imports LMCache).
 
 Each is :class:`hicache_sdk.lmcache.ConnectorAdapter` building a connector with one fault;
-``FAILS`` names the rule it breaks. Configure one as ``remote_storage_plugin.hicache.class_name``.
+``FAILS`` names the :class:`~..suite.lmcache_connector_tests.ConnectorTests` test that must
+fail for it. Judge one with ``hicache check hicache_conformance.broken.lmcache_connector:CLASS
+--engine lmcache-connector --config '{"backend": "file", "backend_config": {...}}'``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, ClassVar
 
-from hicache_sdk.lmcache.connector import ConnectorAdapter, TransportConnector
+from hicache_sdk.lmcache.connector import ConnectorAdapter, TransportConnector, _params
+from hicache_sdk.lmcache.objects import Chunk
 from hicache_sdk.lmcache.settings import L2Settings
 
-__all__ = ["BlocksTheLoopAdapter", "ReleasesOnPutAdapter"]
+__all__ = [
+    "BlocksTheLoopAdapter",
+    "LeaksFailedGetsAdapter",
+    "LoopBoundExistsSyncAdapter",
+    "ReleasesOnPutAdapter",
+    "TagBlindAdapter",
+]
 
 
 class _ReleasesOnPut(TransportConnector):
@@ -32,12 +42,43 @@ class _BlocksTheLoop(TransportConnector):
         self._put_sync(key, memory_obj)
 
 
+class _TagBlind(TransportConnector):
+    def object_name(self, key: Any) -> str:
+        if getattr(key, "tags", None):
+            key = type(key)(key.model_name, key.world_size, key.worker_id, key.chunk_hash, key.dtype)
+        return super().object_name(key)
+
+
+class _LeaksFailedGets(TransportConnector):
+    def _get_sync(self, key: Any) -> Any:
+        name = self.object_name(key)
+        (size,) = self.objects.sizes([name])
+        payload = self._payload(size)
+        if payload is None:
+            return None
+        obj = self.local_cpu_backend.allocate(
+            self.meta_shapes, self.meta_dtypes, self.meta_fmt, busy_loop=False
+        )
+        if obj is None:
+            return None
+        (ok,) = self.objects.load_sized([Chunk(name, int(obj.data_ptr), payload, self.identity)])
+        if not ok:
+            return None  # the allocation is never released
+        return obj if payload == self.full_chunk_size_bytes else self.reshape_partial_chunk(obj, payload)
+
+
+class _LoopBoundExistsSync(TransportConnector):
+    def exists_sync(self, key: Any) -> bool:
+        return bool(asyncio.run_coroutine_threadsafe(self.exists(key), self.loop).result())
+
+    async def exists(self, key: Any) -> bool:
+        return bool(await self._off_loop(super().exists_sync, key))
+
+
 class _Broken(ConnectorAdapter):
     connector_cls: ClassVar[type[TransportConnector]] = TransportConnector
 
     def create_connector(self, context: Any) -> TransportConnector:
-        from hicache_sdk.lmcache.connector import _params
-
         plugin = context.url[len("plugin://") :]
         extra = getattr(context.config, "extra_config", None)
         return self.connector_cls(context, L2Settings.from_mapping(_params(extra, plugin)))
@@ -46,12 +87,33 @@ class _Broken(ConnectorAdapter):
 class ReleasesOnPutAdapter(_Broken):
     """``put`` releases the caller's object: it is released once too many."""
 
-    FAILS: ClassVar[str] = "put never releases the caller's object"
+    FAILS: ClassVar[str] = "test_put_never_releases_the_callers_object"
     connector_cls = _ReleasesOnPut
 
 
 class BlocksTheLoopAdapter(_Broken):
     """The ``async`` methods do their I/O on LMCache's event loop."""
 
-    FAILS: ClassVar[str] = "I/O never runs on LMCache's event loop"
+    FAILS: ClassVar[str] = "test_async_calls_never_hold_the_event_loop"
     connector_cls = _BlocksTheLoop
+
+
+class TagBlindAdapter(_Broken):
+    """Object names leave out the key's tags: tenants share each other's chunks."""
+
+    FAILS: ClassVar[str] = "test_each_key_field_isolates[tag]"
+    connector_cls = _TagBlind
+
+
+class LeaksFailedGetsAdapter(_Broken):
+    """A get that allocates and then fails keeps LMCache's memory."""
+
+    FAILS: ClassVar[str] = "test_a_failed_get_releases_what_it_allocated"
+    connector_cls = _LeaksFailedGets
+
+
+class LoopBoundExistsSyncAdapter(_Broken):
+    """``exists_sync`` waits for LMCache's event loop (it is not synchronous)."""
+
+    FAILS: ClassVar[str] = "test_exists_sync_answers_while_the_loop_is_busy"
+    connector_cls = _LoopBoundExistsSync

@@ -22,6 +22,7 @@ ENGINES: dict[str, str | None] = {
     DEFAULT_ENGINE: None,
     "sglang-linker": "hicache_conformance.engines.sglang_linker:run",
     "lmcache-l2": "hicache_conformance.engines.lmcache_l2_run:main",
+    "lmcache-connector": "hicache_conformance.engines.lmcache_l2_run:main_connector",
 }
 
 #: ``hicache_conformance.cli.main``: runs ``hicache check`` with ``argv``, returns the status.
