@@ -21,7 +21,8 @@ What is read, and from where (paths under ``sglang/srt``):
   ``on_host_pools_registered``;
 * ``mem_cache/hiradix_cache.py``: the keys popped from ``extra_config`` and the read-path
   defaults; ``mem_cache/storage/backend_factory.py``: the ``dynamic`` loader's keys;
-* every module: SGLang's failure-injector variables; ``mem_cache`` for the page-hash seeding.
+* every module: SGLang's failure-injector variables; ``mem_cache`` for the page-hash seeding;
+  whether ``mem_cache/unified_cache/`` (SGLang's unified cache linker) is there.
 
 Facts about behaviour (hooks the controller calls, the draft key suffix, salted seeding) are
 read from the source here, not observed by running the controller; each profile lists them
@@ -326,6 +327,7 @@ def read_profile(w: Wheel) -> dict[str, Any]:
         "calls_on_host_pools_registered": _calls_registered_hook(w),
         "draft_key_suffix": _draft_suffix(w, pool_names),
         "salted_seeding": _salted_seeding(w),
+        "has_unified_cache_linker": (w.srt / "mem_cache" / "unified_cache").is_dir(),
         "unobserved": UNOBSERVED,
     }
 

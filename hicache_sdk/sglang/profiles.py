@@ -74,6 +74,7 @@ SGLANG_0_5_3 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_4 = ContractProfile(
@@ -102,6 +103,7 @@ SGLANG_0_5_4 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_5 = ContractProfile(
@@ -130,6 +132,7 @@ SGLANG_0_5_5 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_6 = ContractProfile(
@@ -158,6 +161,7 @@ SGLANG_0_5_6 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_7 = ContractProfile(
@@ -186,6 +190,7 @@ SGLANG_0_5_7 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_8 = ContractProfile(
@@ -214,6 +219,7 @@ SGLANG_0_5_8 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_9 = ContractProfile(
@@ -242,6 +248,7 @@ SGLANG_0_5_9 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_10 = ContractProfile(
@@ -270,6 +277,7 @@ SGLANG_0_5_10 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_11 = ContractProfile(
@@ -298,6 +306,7 @@ SGLANG_0_5_11 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_12 = ContractProfile(
@@ -326,6 +335,7 @@ SGLANG_0_5_12 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_13 = ContractProfile(
@@ -354,6 +364,7 @@ SGLANG_0_5_13 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='.draft',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_14 = ContractProfile(
@@ -382,6 +393,7 @@ SGLANG_0_5_14 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='.draft',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_15 = ContractProfile(
@@ -410,6 +422,7 @@ SGLANG_0_5_15 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='.draft',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_16 = ContractProfile(
@@ -438,6 +451,7 @@ SGLANG_0_5_16 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='.draft',
     salted_seeding=False,
+    has_unified_cache_linker=False,
     unobserved=_V6,
 )
 SGLANG_0_5_17 = ContractProfile(
@@ -466,6 +480,7 @@ SGLANG_0_5_17 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='.draft',
     salted_seeding=False,
+    has_unified_cache_linker=True,
     unobserved=_V6,
 )
 SGLANG_0_5_18 = ContractProfile(
@@ -494,6 +509,7 @@ SGLANG_0_5_18 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='.draft',
     salted_seeding=False,
+    has_unified_cache_linker=True,
     unobserved=_V6,
 )
 SGLANG_0_5_19 = ContractProfile(
@@ -522,6 +538,7 @@ SGLANG_0_5_19 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=False,
+    has_unified_cache_linker=True,
     unobserved=_V6,
 )
 SGLANG_0_5_20 = ContractProfile(
@@ -550,6 +567,7 @@ SGLANG_0_5_20 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=True,
+    has_unified_cache_linker=True,
     unobserved=_V6,
 )
 SGLANG_0_5_21 = ContractProfile(
@@ -578,6 +596,7 @@ SGLANG_0_5_21 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=True,
+    has_unified_cache_linker=True,
     unobserved=_V6,
 )
 SGLANG_0_5_22 = ContractProfile(
@@ -606,6 +625,7 @@ SGLANG_0_5_22 = ContractProfile(
     calls_on_host_pools_registered=False,
     draft_key_suffix='',
     salted_seeding=True,
+    has_unified_cache_linker=True,
     unobserved=_V6,
 )
 SGLANG_0_5_23 = ContractProfile(
@@ -634,6 +654,7 @@ SGLANG_0_5_23 = ContractProfile(
     calls_on_host_pools_registered=True,
     draft_key_suffix='',
     salted_seeding=True,
+    has_unified_cache_linker=True,
     unobserved=_V6,
 )
 

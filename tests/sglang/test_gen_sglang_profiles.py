@@ -144,6 +144,15 @@ def test_reads_every_fact(tmp_path: Path) -> None:
     )
     assert p["calls_on_host_pools_registered"] is True
     assert p["draft_key_suffix"] == ".draft" and p["salted_seeding"] is True
+    assert p["has_unified_cache_linker"] is False
+
+
+def test_reads_the_unified_cache_linker(tmp_path: Path) -> None:
+    gen = _gen()
+    root = _wheel(tmp_path, "0.5.17")
+    (root / "sglang" / "srt" / "mem_cache" / "unified_cache").mkdir()
+    (root / "sglang" / "srt" / "mem_cache" / "unified_cache" / "__init__.py").write_text("")
+    assert gen.read_profile(gen.Wheel(root))["has_unified_cache_linker"] is True
 
 
 def test_written_module_builds_the_profiles_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,13 @@ def test_batch_size_matches() -> None:
     assert spec is not None and spec.origin is not None
     text = Path(spec.origin).read_text(encoding="utf-8")
     assert f"self.storage_batch_size = {CURRENT.storage_batch_size}\n" in text
+
+
+def test_unified_cache_linker_presence_matches() -> None:
+    """``has_unified_cache_linker`` is true exactly where the installed release has the
+    ``sglang.srt.mem_cache.unified_cache`` package."""
+    spec = importlib.util.find_spec("sglang.srt.mem_cache.unified_cache")
+    assert (spec is not None) is CURRENT.has_unified_cache_linker
 
 
 def _config(extra: dict[str, Any]) -> Any:

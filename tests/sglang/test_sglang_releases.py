@@ -66,6 +66,8 @@ def test_facts_that_moved_between_releases() -> None:
     assert by["0.5.14"].draft_key_suffix == ".draft" and by["0.5.9"].draft_key_suffix == ""
     assert by["0.5.23"].calls_on_host_pools_registered and not by["0.5.9"].calls_on_host_pools_registered
     assert by["0.5.3"].pool_names == () and "draft" in by["0.5.23"].pool_names
+    linker = [p.sglang_version for p in PROFILES if p.has_unified_cache_linker]
+    assert linker == [f"0.5.{n}" for n in range(17, 24)]
     assert set(by["0.5.9"].unobserved) == {
         "calls_on_host_pools_registered",
         "draft_key_suffix",
