@@ -210,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level", action="append", default=[], help="suite levels (default: all)")
     p.add_argument("--render", action="store_true", help="only regenerate the doc from the last run")
     p.add_argument("--no-write", action="store_true", help="run, but write neither results nor the doc")
+    p.add_argument("--releases", metavar="LINES", help="all or 0.5.9,...: scripts/compat/releases.py")
     args = p.parse_args(argv)
+    if args.releases:
+        return __import__("releases").main(args.releases, args.only, args.level)
 
     from render import render
 

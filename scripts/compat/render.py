@@ -4,10 +4,15 @@ classification in ``findings.py``."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
+import releases
 from findings import DEFECT, STRICT, SUITE, Finding, classify
 from rows import NOT_RUNNABLE, OUTSIDE, ROWS
+
+#: More sections, each rendered from its own JSON under docs/ (after the matrix's own).
+EXTRA_SECTIONS: list[Callable[[], str]] = [releases.section]
 
 HEADER = """# Compatibility matrix: SGLang 0.5.23's HiCache storage backends
 
@@ -134,6 +139,7 @@ def render(run: dict[str, Any]) -> str:
             f"| `{o.dist}` {res.get('version', o.version)} | `{o.module}:{o.cls}` | {built} | not run: {o.why_not_run} |"
         )
     out.append("")
+    out.extend(s for s in (extra() for extra in EXTRA_SECTIONS) if s)
     return "\n".join(out)
 
 
