@@ -255,6 +255,81 @@ def test_release_outside_the_range_gets_one_message(tmp_path: Path) -> None:
     ]
 
 
+#: SGLang's own handling around the backend's construction at startup, as in every release
+#: (``StorageBackendFactory._create_dynamic_backend`` logs and re-raises every ``Exception``;
+#: ``run_scheduler_process`` logs every ``Exception`` with its traceback), run in a scheduler
+#: process the way SGLang starts one (``multiprocessing.Process``).
+_FACTORY = """
+import logging
+from hicache_sdk.sglang import HiCacheSDKStorage
+logger = logging.getLogger(__name__)
+def create_backend(cfg):
+    try:
+        return HiCacheSDKStorage(cfg, {})
+    except Exception as e:
+        logger.error(f"Failed to create dynamic storage backend 'hicache_sdk': {e}")
+        raise
+"""
+_SCHEDULER = """
+import sys, traceback
+from sglang.srt.mem_cache.storage.backend_factory import create_backend
+class Scheduler:
+    def __init__(self, cfg):
+        self.storage = create_backend(cfg)
+def run_scheduler_process(cfg):
+    try:
+        Scheduler(cfg)
+    except Exception:
+        print("Scheduler hit an exception: " + traceback.format_exc(), file=sys.stderr)
+def attach_at_runtime(cfg):
+    try:
+        create_backend(cfg)
+    except Exception as e:
+        return str(e)
+"""
+_START = """
+import multiprocessing, sys
+from hicache_sdk.sglang import BRIDGE_EXTRA_CONFIG
+from hicache_sdk.spec import HiCacheStorageConfig
+from sglang.srt.managers import scheduler
+cfg = HiCacheStorageConfig(extra_config={**BRIDGE_EXTRA_CONFIG, "backend": "memory"})
+print("ATTACH", scheduler.attach_at_runtime(cfg), flush=True)
+p = multiprocessing.get_context("fork").Process(target=scheduler.run_scheduler_process, args=(cfg,))
+p.start()
+p.join()
+print("EXIT", p.exitcode)
+"""
+
+
+def test_release_outside_the_range_stops_sglang_with_one_line(tmp_path: Path) -> None:
+    """At startup the operator sees the one message, no traceback, and the scheduler process
+    ends (exit 1); a runtime attach request gets the message back and the process lives on."""
+    _fake_sglang(tmp_path, "0.6.0", "sglang.srt.metrics.collector")
+    for rel, text in (
+        ("mem_cache/storage/backend_factory.py", _FACTORY),
+        ("managers/scheduler.py", _SCHEDULER),
+    ):
+        path = tmp_path / "sglang" / "srt" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for d in (path.parent, path.parent.parent):
+            if not (d / "__init__.py").exists():
+                (d / "__init__.py").write_text("")
+        path.write_text(textwrap.dedent(text))
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", _START], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+    )
+    message = (
+        "SGLang 0.6.0 is installed, but hicache-sdk supports SGLang 0.5.3 to 0.5.23 "
+        f"(one contract profile per release line: {', '.join(p.sglang_version for p in PROFILES)}); "
+        "install a release in that range"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == [f"ATTACH {message}", "EXIT 1"]
+    assert proc.stderr.strip().splitlines()[-1] == message
+    assert "Traceback" not in proc.stderr and "Scheduler hit an exception" not in proc.stderr
+
+
 def test_profile_fields_are_complete() -> None:
     for p in PROFILES:
         assert p.methods and p.config_fields and p.storage_metrics_fields, p.sglang_version
