@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -336,3 +337,64 @@ def test_profile_fields_are_complete() -> None:
         assert p.storage_batch_size == 128, p.sglang_version
         assert {"backend_name", "module_path", "class_name"} <= set(p.dynamic_loader_keys)
         assert dataclasses.replace(p) == p
+
+
+# -- the by-release table of docs/compatibility.md ---------------------------------------------
+def _releases_module() -> Any:
+    compat = str(Path(__file__).resolve().parents[2] / "scripts" / "compat")
+    if compat not in sys.path:
+        sys.path.insert(0, compat)
+    import releases
+
+    return releases
+
+
+def test_release_table_renders_each_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    releases = _releases_module()
+    ok_cell = {
+        "load": {"ok": True},
+        "round_trip": {"ok": True, "via": "controller"},
+        "metrics": {"ok": True},
+    }
+    good = {
+        "wheel": "0.5.17",
+        "install_s": 41.5,
+        "total_s": 300.0,
+        "probe": {
+            "unified_cache_linker": True,
+            "backends": {b: ok_cell for b in releases.BACKENDS},
+            "observed": {"draft_key": {"suffix": ".draft"}},
+        },
+        "profile_check": {"rc": 0, "passed": 12, "failed": 0, "skipped": 2},
+        "check": {b: {"ok": True, "passed": 40, "failed": 0, "skipped": 9} for b in releases.BACKENDS},
+    }
+    torch_row = {
+        "wheel": "0.5.3.post3",
+        "install_s": 30.0,
+        "total_s": 40.0,
+        "probe": {
+            "unified_cache_linker": False,
+            "import_error": "ImportError: cannot import name 'x'",
+            "import_trace": "torch/_ops.py",
+        },
+    }
+    bad = {**good, "wheel": "0.5.9", "probe": {**good["probe"], "unified_cache_linker": False}}
+    bad["probe"]["observed"] = {"draft_key": {"suffix": ""}}
+    bad["check"] = {**good["check"], "redis": {"ok": False, "passed": 39, "failed": 1, "skipped": 9}}
+    results = tmp_path / "releases.json"
+    results.write_text(
+        json.dumps({"torch": "2.13.0", "releases": {"0.5.3": torch_row, "0.5.9": bad, "0.5.17": good}})
+    )
+    monkeypatch.setattr(releases, "RESULTS", results)
+    rows = {
+        line.split(" | ")[0]: line for line in releases.section().splitlines() if line.startswith("| 0.5.")
+    }
+    assert rows["| 0.5.3.post3"].endswith(
+        "| n/a | 30.0 s | 40.0 s | not run: torch (`ImportError: cannot import name 'x'`) |"
+    )
+    assert rows["| 0.5.17"].endswith("| `<hash>.draft` | available | 41.5 s | 300.0 s | pass |")
+    assert "check pass (40/0/9)" in rows["| 0.5.17"] and "matches (12 passed, 0 failed" in rows["| 0.5.17"]
+    assert rows["| 0.5.9"].endswith("| none | n/a | 41.5 s | 300.0 s | fail |")
+    assert "check fail (39/1/9)" in rows["| 0.5.9"]
+    assert rows["| 0.5.4"].endswith("| not run yet |")
+    assert "(first in 0.5.17)" in releases.section()
