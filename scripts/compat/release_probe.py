@@ -264,7 +264,7 @@ def observe_draft_keys(cc: Any, pool: Any, draft_pool: Any, batch: int) -> dict[
     ctl.enable_storage, ctl.storage_backend_type = True, "dynamic"
     ctl.storage_config = type("Config", (), {"should_split_heads": False, "extra_config": {}})()
     try:
-        ctl.set_draft_kv_pool(None, draft_pool)
+        drv._run(lambda: ctl.set_draft_kv_pool(None, draft_pool))
         keys = _keys("draft")
         wrote, _ = drv.backup(keys, pool.alloc(N * int(pool.page_size)))
     except Exception as e:
