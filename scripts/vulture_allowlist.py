@@ -103,3 +103,8 @@ _components_tuple
 tree_core
 _all_reduce_attn_groups
 get_last_hash_value
+
+# SGLang's HiCacheController attributes that scripts/compat/release_probe.py sets on a
+# controller built without its constructor (the release's own methods read them).
+enable_storage
+storage_backend_type
