@@ -161,8 +161,11 @@ class _Driver:
             )
         )
         op.hash_value, op.host_indices = keys, host
-        _, warnings = self._run(lambda: self.ctl._page_transfer(op))
-        return int(op.completed_tokens), warnings
+        pages, warnings = self._run(lambda: self.ctl._page_transfer(op))
+        # releases that count on the operation (``completed_tokens``), or return the pages
+        # committed (0.5.23 hands the count to the scheduler thread instead)
+        done = int(op.completed_tokens)
+        return (done or int(pages) * int(self.ctl.page_size) if isinstance(pages, int) else done), warnings
 
 
 def _round_trip(cc: Any, bridge: Any, pool: Any, batch: int) -> dict[str, Any]:
