@@ -282,6 +282,58 @@ def observe_draft_keys(cc: Any, pool: Any, draft_pool: Any, batch: int) -> dict[
     }
 
 
+def _find(attr: str, modules: tuple[str, ...]) -> Any:
+    for name in modules:
+        try:
+            found = getattr(importlib.import_module(name), attr, None)
+        except Exception:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+_MEM = ("sglang.srt.mem_cache.utils", "sglang.srt.mem_cache.radix_cache", "sglang.srt.mem_cache.events")
+
+
+def observe_salted_seeding() -> dict[str, Any]:
+    """Whether the release's storage keys of a request depend on its ``extra_key`` /
+    ``cache_salt``, observed: its own ``compute_node_hash_values`` (what its radix caches
+    call to key a node's pages in storage) on a node whose ``RadixKey`` carries them, and
+    on the same tokens without."""
+    from array import array
+
+    compute = _find("compute_node_hash_values", _MEM)
+    radix_key = _find("RadixKey", ("sglang.srt.mem_cache.radix_cache", "sglang.srt.mem_cache.radix_key"))
+    if compute is None or radix_key is None:
+        return {"salted": None, "error": "no compute_node_hash_values / RadixKey found"}
+    accepts = inspect.signature(radix_key).parameters
+    tokens = list(range(1, 33))
+    errors = []
+    for wrap in (list, lambda t: array("q", t), lambda t: array("i", t)):
+        try:
+
+            def hashes(wrap: Any = wrap, **ns: Any) -> list[str]:
+                key = radix_key(wrap(tokens), **{k: v for k, v in ns.items() if k in accepts})
+                node = type("Node", (), {"parent": None, "key": key, "hash_value": None})()
+                return list(compute(node, 16))
+
+            plain = hashes()
+            salted = {
+                "extra_key": hashes(extra_key="lora-x") != plain,
+                "cache_salt": hashes(cache_salt="tenant") != plain if "cache_salt" in accepts else None,
+            }
+        except Exception as e:
+            errors.append(_err(e))
+            continue
+        return {
+            "salted": bool(salted["extra_key"] or salted["cache_salt"]),
+            "by": salted,
+            "how": f"{compute.__module__}.compute_node_hash_values on RadixKey with and without them",
+        }
+    return {"salted": None, "error": "; ".join(errors)[-400:]}
+
+
 def _metrics(profile: Any, bridge: Any, collector: Any) -> dict[str, Any]:
     try:
         cls = importlib.import_module(profile.storage_metrics_module).StorageMetrics
@@ -379,6 +431,10 @@ def probe(configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             cc, MHAHostPool(64, 4, 2, 2, 8), MHAHostPool(64, 4, 1, 2, 8), profile.storage_batch_size
         )
     }
+    try:
+        doc["observed"]["salted_seeding"] = observe_salted_seeding()
+    except Exception as e:
+        doc["observed"]["salted_seeding"] = {"salted": None, "error": _err(e)}
     return doc
 
 
