@@ -3,11 +3,11 @@
 --releases``). Writes ``docs/compatibility-releases.json``; :func:`section` renders it into
 ``docs/compatibility.md``.
 
-Each release line is installed once. Where ``.tox/sglang-X.Y.Z`` (``.tox/sglang`` for the
-newest) exists, that env is used as it is; otherwise the release is installed into the
-running env (an SGLang env: ``tox -e sglang``) with ``scripts/sglang_release_env.py`` (the
-install logic of ``tox -e sglang-X.Y.Z``) and the release that was there is put back at the
-end. For each release, in that env:
+Run it with ``tox -e matrix -- --releases all`` (or in the env of ``tox -e sglang``). Each
+release line is installed once: the running env's own release is used as it is, and so is an
+existing ``.tox/sglang-X.Y.Z`` (``.tox/sglang`` for the newest); any other release is
+installed into the running env with ``scripts/sglang_release_env.py`` (the install logic of
+``tox -e sglang-X.Y.Z``), and the release that was there is put back at the end. For each release, in that env:
 
 * ``scripts/compat/release_probe.py``: the four backends load through the release's
   ``StorageBackendFactory``, round-trip through its ``HiCacheController`` (or, where it
@@ -72,6 +72,12 @@ def _installed() -> str | None:
         return metadata.version("sglang")
     except metadata.PackageNotFoundError:
         return None
+
+
+def _release_line(version: str) -> str:
+    from hicache_sdk.sglang.versions import release_line
+
+    return release_line(version)
 
 
 def _install_here(line: str) -> tuple[float, str]:
@@ -199,7 +205,11 @@ def run_release(line: str, servers: Any, work: Path, args: Any) -> dict[str, Any
 
     doc: dict[str, Any] = {"line": line, "wheel": _profile(line).wheel_version}
     py = _tox_python(line)
-    if py is not None:
+    here = _installed()
+    if here is not None and _release_line(here) == line:
+        py = Path(sys.executable)
+        doc["env"] = "the running env (already this release)"
+    elif py is not None:
         doc["env"] = f"reused {py.parent.parent.relative_to(ROOT)}"
     else:
         secs, err = _install_here(line)
@@ -446,10 +456,12 @@ def section() -> str:
         "whether the release ships `sglang/srt/mem_cache/unified_cache/` "
         + (f"(first in {first_linker})." if first_linker else "."),
         "",
-        "Reproduce: `tox -e sglang --notest`, then `.tox/sglang/bin/python scripts/compat_matrix.py "
-        "--releases all` (or `--releases 0.5.9,0.5.14`): each release line is installed once into "
-        "that env (`scripts/sglang_release_env.py`, the install step of `tox -e sglang-X.Y.Z`; an "
-        "existing `.tox/sglang-X.Y.Z` is used as it is) and 0.5.23 is put back at the end. *env*: "
+        "Reproduce: `tox -e matrix -- --releases all` (or `--releases 0.5.9,0.5.14`, `--only "
+        "file,redis`), or `python scripts/compat_matrix.py --releases all` in the env of `tox -e "
+        "sglang` (the rows here): each release line is installed once into the running env "
+        "(`scripts/sglang_release_env.py`, the install step of `tox -e sglang-X.Y.Z`; an existing "
+        "`.tox/sglang-X.Y.Z` is used as it is) and the release that was there is put back at the "
+        "end. *env*: "
         "the seconds that install took; *total*: the whole release (install, probe, profile, "
         "four checks). *tests/sglang*: what `tox -e sglang-X.Y.Z` runs (`pytest tests/sglang`) in that "
         "env, where the run included it (`HICACHE_RELEASES_SUITE=1`). *draft keys (observed)*: the "
