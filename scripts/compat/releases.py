@@ -64,7 +64,8 @@ def _profile(line: str) -> Any:
 def _tox_python(line: str) -> Path | None:
     env = "sglang" if line == _lines()[-1] else f"sglang-{line}"
     py = ROOT / ".tox" / env / "bin" / "python"
-    return py if py.exists() else None
+    # the running env is not "another" env: its release changes under this run
+    return py if py.exists() and py.parent.parent.resolve() != Path(sys.prefix).resolve() else None
 
 
 def _installed() -> str | None:
