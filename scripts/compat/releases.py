@@ -153,7 +153,9 @@ def _check(py: Path, name: str, extra: dict[str, Any], work: Path, levels: list[
     d = work / f"check-{name}"
     d.mkdir(parents=True, exist_ok=True)
     report = d / "report.json"
-    argv = [name, "--config", json.dumps(extra), "--profile", "contract", "--report", str(report), "-q"]
+    # the backend's own settings (``hicache sglang-args`` nests them in ``backend_config``)
+    config = dict(extra.get("backend_config") or {})
+    argv = [name, "--config", json.dumps(config), "--profile", "contract", "--report", str(report), "-q"]
     for lv in levels:
         argv += ["--level", lv]
     started = time.monotonic()
