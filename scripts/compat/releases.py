@@ -311,6 +311,7 @@ def _write(previous: dict[str, Any], rows: dict[str, Any]) -> None:
 
     doc = {
         **previous,
+        "command": "python scripts/compat_matrix.py --releases " + ",".join(rows),
         "releases": rows,
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -509,6 +510,8 @@ def section() -> str:
         out.append(f'Skipped contract tests say, e.g.: "{_one(reasons[0], 300)}".')
     dates = sorted({d.get("date", "") for d in rows.values()})
     if dates:
-        out.append(f"Rows run between {dates[0]} and {dates[-1]}, one `--releases LINE` each.")
+        out.append(
+            f"Rows run between {dates[0]} and {dates[-1]} (`{run.get('command', 'compat_matrix.py --releases')}`)."
+        )
     out.append("")
     return "\n".join(out)
