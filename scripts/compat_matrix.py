@@ -214,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--lmcache", action="store_true", help="the LMCache rows (in the LMCache env), then the doc"
     )
+    p.add_argument("--releases", metavar="LINES", help="all or 0.5.9,...: scripts/compat/releases.py")
     args = p.parse_args(argv)
+    if args.releases:
+        return __import__("releases").main(args.releases, args.only, args.level)
     if args.linker:
         return int(__import__("linker_table").run_linker())
     if args.lmcache:

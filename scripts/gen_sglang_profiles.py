@@ -21,11 +21,16 @@ What is read, and from where (paths under ``sglang/srt``):
   ``on_host_pools_registered``;
 * ``mem_cache/hiradix_cache.py``: the keys popped from ``extra_config`` and the read-path
   defaults; ``mem_cache/storage/backend_factory.py``: the ``dynamic`` loader's keys;
-* every module: SGLang's failure-injector variables; ``mem_cache`` for the page-hash seeding.
+* every module: SGLang's failure-injector variables; ``mem_cache`` for the page-hash seeding;
+  whether ``mem_cache/unified_cache/`` (SGLang's unified cache linker) is there.
 
 Facts about behaviour (hooks the controller calls, the draft key suffix, salted seeding) are
-read from the source here, not observed by running the controller; each profile lists them
-in ``unobserved`` so that nobody mistakes them for observations.
+read from the source here; each profile lists them in ``unobserved`` so that nobody mistakes
+them for observations. ``--observed docs/compatibility-releases.json`` takes the facts that
+``scripts/compat_matrix.py --releases`` observed by running each release's own code (the
+draft key its ``HiCacheController`` writes to a recording backend; whether its
+``compute_node_hash_values`` keys a salted request apart): an observed fact leaves
+``unobserved``, and one that contradicts the source stops the generator.
 """
 
 from __future__ import annotations
@@ -326,8 +331,36 @@ def read_profile(w: Wheel) -> dict[str, Any]:
         "calls_on_host_pools_registered": _calls_registered_hook(w),
         "draft_key_suffix": _draft_suffix(w, pool_names),
         "salted_seeding": _salted_seeding(w),
+        "has_unified_cache_linker": (w.srt / "mem_cache" / "unified_cache").is_dir(),
         "unobserved": UNOBSERVED,
     }
+
+
+#: Behaviour facts the matrix observes: profile field -> its value in a release's probe
+#: (``None``: not observed there).
+OBSERVED = {
+    "draft_key_suffix": lambda o: (o.get("draft_key") or {}).get("suffix"),
+    "salted_seeding": lambda o: (o.get("salted_seeding") or {}).get("salted"),
+}
+
+
+def apply_observed(profile: dict[str, Any], releases: dict[str, Any]) -> dict[str, Any]:
+    """``profile`` with the facts observed for its release line (``releases``: the
+    ``releases`` of ``docs/compatibility-releases.json``) taken out of ``unobserved``;
+    ``SystemExit`` when an observation contradicts what the source says."""
+    line = profile["sglang_version"]
+    seen = ((releases.get(line) or {}).get("probe") or {}).get("observed") or {}
+    left = list(profile["unobserved"])
+    for field, get in OBSERVED.items():
+        value = get(seen)
+        if value is None or isinstance(value, list) or field not in left:
+            continue
+        if value != profile[field]:
+            raise SystemExit(
+                f"{line}: {field} read from the source is {profile[field]!r}, observed {value!r}"
+            )
+        left.remove(field)
+    return {**profile, "unobserved": tuple(left)}
 
 
 def _py(value: Any) -> str:
@@ -380,13 +413,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("roots", nargs="+", type=Path, help="pip --target folders, one SGLang wheel each")
     ap.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(REPO)} instead of stdout")
+    ap.add_argument(
+        "--observed", type=Path, default=None, help="docs/compatibility-releases.json: observed behaviour"
+    )
     args = ap.parse_args(argv)
     wheels = [Wheel(r) for r in args.roots]
     lines = sorted({w.line for w in wheels}, key=lambda v: tuple(int(x) for x in v.split(".")))
     by_line = {w.line: w for w in wheels}
     if len(by_line) != len(wheels):
         raise SystemExit("two wheels of the same release line: install only the last .postN of each")
-    text = render([read_profile(by_line[v]) for v in lines])
+    profiles = [read_profile(by_line[v]) for v in lines]
+    if args.observed is not None:
+        import json
+
+        releases = json.loads(args.observed.read_text(encoding="utf-8")).get("releases", {})
+        profiles = [apply_observed(p, releases) for p in profiles]
+    text = render(profiles)
     if args.write:
         OUT.write_text(text, encoding="utf-8")
         print(f"wrote {OUT.relative_to(REPO)}: {', '.join(lines)}", file=sys.stderr)

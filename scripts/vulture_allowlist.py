@@ -108,3 +108,8 @@ get_last_hash_value
 # Backends loaded by ``module:Class`` name in the linker tests (tests/sglang).
 StalledFileStorage
 k_scale_buffer  # SGLang's scaled KV pools (the linker refuses a pool that holds one)
+
+# SGLang's HiCacheController attributes that scripts/compat/release_probe.py sets on a
+# controller built without its constructor (the release's own methods read them).
+enable_storage
+storage_backend_type

@@ -48,7 +48,10 @@ pool is checked as it is registered instead); ``close()`` closes the inner backe
 Releases: the bridge follows the installed SGLang's contract profile
 (:data:`hicache_sdk.sglang.versions.CURRENT`). Constructed under an SGLang outside the
 supported range, it raises :class:`~hicache_sdk.sglang.versions.UnsupportedSGLangError`
-with one message naming the installed version and the range.
+with one message naming the installed version and the range; while SGLang's scheduler starts
+up, :class:`~hicache_sdk.sglang.versions.UnsupportedSGLangExit` with that message instead (a
+``SystemExit``: SGLang's factory and scheduler log every ``Exception`` with a traceback, and
+let this one through, so the scheduler process ends printing that one line).
 
 Configuration: the inner backend sees ``extra_config`` without the loader keys
 (``backend_name``, ``module_path``, ``class_name``, ``interface_v1``, ``backend``,
@@ -163,6 +166,21 @@ def _available_backends() -> list[str]:
         return []
 
 
+def _sglang_scheduler_starting() -> bool:
+    """Whether SGLang's ``Scheduler.__init__`` (``sglang.srt.managers.scheduler``) is further
+    up this thread's stack: SGLang attaching its storage backend at startup, rather than on a
+    runtime attach request."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if (
+            frame.f_code.co_name == "__init__"
+            and frame.f_globals.get("__name__") == "sglang.srt.managers.scheduler"
+        ):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
 class HiCacheSDKStorage(_Base):
     """A ``HiCacheStorage`` that forwards every call to a hicache-sdk backend.
 
@@ -181,6 +199,8 @@ class HiCacheSDKStorage(_Base):
 
     def __init__(self, storage_config: Any, kwargs: Optional[Mapping[str, Any]] = None) -> None:
         if versions.UNSUPPORTED is not None:
+            if _sglang_scheduler_starting():
+                raise versions.UnsupportedSGLangExit(versions.UNSUPPORTED)
             raise versions.UnsupportedSGLangError(versions.UNSUPPORTED)
         extra = getattr(storage_config, "extra_config", None)
         if not isinstance(extra, Mapping):

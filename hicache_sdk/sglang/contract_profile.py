@@ -63,6 +63,9 @@ class ContractProfile:
     #: Whether the page-hash chain starts from a seed made of the request's ``extra_key`` /
     #: ``cache_salt`` (SGLang's ``storage_namespace_seed``).
     salted_seeding: bool
+    #: Whether the release ships SGLang's unified cache linker
+    #: (``sglang/srt/mem_cache/unified_cache/``).
+    has_unified_cache_linker: bool
     #: Facts above read from the release's source rather than observed by running its
     #: controller.
     unobserved: tuple[str, ...]

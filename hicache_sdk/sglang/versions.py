@@ -15,7 +15,8 @@ the newest profile when SGLang is not installed.
 
 An installed SGLang outside the range also gets the newest profile, and
 :data:`UNSUPPORTED` holds the one message that says so (the bridge raises it, as
-:class:`UnsupportedSGLangError`, when SGLang loads it).
+:class:`UnsupportedSGLangError`, when SGLang loads it; as :class:`UnsupportedSGLangExit`
+while SGLang's scheduler starts, so that the operator sees that one line, no traceback).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "SUPPORTED_RANGE",
     "UNSUPPORTED",
     "UnsupportedSGLangError",
+    "UnsupportedSGLangExit",
     "installed_sglang_version",
     "profile_for",
     "release_line",
@@ -55,6 +57,17 @@ _LINE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 
 class UnsupportedSGLangError(HiCacheError, RuntimeError):
     """The installed SGLang is outside the releases hicache-sdk has a contract profile for."""
+
+
+class UnsupportedSGLangExit(SystemExit):
+    """The same refusal, raised by the bridge while SGLang's scheduler is starting up.
+
+    SGLang's factory and scheduler catch every ``Exception`` around the backend's
+    construction and log it with a traceback (the scheduler's "Scheduler hit an exception:
+    Traceback ..."), which buries the one line that matters. A ``SystemExit`` passes both:
+    the scheduler process ends with exit code 1 and prints only the message. (On a runtime
+    attach request the bridge raises :class:`UnsupportedSGLangError`, which SGLang returns
+    as the request's message, and the server keeps running.)"""
 
 
 def release_line(version: str) -> str:

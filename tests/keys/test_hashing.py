@@ -259,3 +259,31 @@ def test_changing_a_token_changes_its_page_and_all_later(tokens, page_size, data
     page = pos // page_size
     assert a[:page] == b[:page]
     assert all(x != y for x, y in zip(a[page:], b[page:]))
+
+
+def test_release_hash_vectors():
+    """``tests/sglang/hash_vectors.json`` (checked against each real release in its tox env by
+    ``tests/sglang/test_sglang_profile.py``): the SDK gives each request's unseeded chain and
+    its salted chain (seeded from ``extra_key`` / ``cache_salt``); the first page and one seed
+    recomputed here from their definitions."""
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).parents[1] / "sglang" / "hash_vectors.json").read_text())
+    ps = doc["page_size"]
+    assert len(doc["cases"]) == 7
+    for case in doc["cases"]:
+        tokens, ek, salt = case["tokens"], case["extra_key"], case["cache_salt"]
+        assert get_hash_str(tokens, None, ps) == case["unseeded"]
+        assert storage_namespace_seed(ek, salt) == case["seed"]
+        assert get_hash_str(tokens, case["seed"], ps) == case["salted"]
+        assert get_storage_hash_str(Key(tokens, extra_key=ek, cache_salt=salt), None, ps) == case["salted"]
+        assert (case["salted"] == case["unseeded"]) is (ek is None and salt is None)
+    first = doc["cases"][0]
+    page = b"".join(t.to_bytes(4, "little") for t in first["tokens"][:ps])
+    assert first["unseeded"][0] == hashlib.sha256(page).hexdigest()
+    k_s = next(c for c in doc["cases"] if (c["extra_key"], c["cache_salt"]) == ("k", "s"))
+    seed = hashlib.sha256(b"sglang-cache-namespace-v1" + b"\x01" + (1).to_bytes(8, "little") + b"k")
+    seed.update(b"\x01" + (1).to_bytes(8, "little") + b"s")
+    assert k_s["seed"] == seed.hexdigest()
+    assert k_s["salted"][0] == hashlib.sha256(bytes.fromhex(k_s["seed"]) + page).hexdigest()

@@ -144,6 +144,15 @@ def test_reads_every_fact(tmp_path: Path) -> None:
     )
     assert p["calls_on_host_pools_registered"] is True
     assert p["draft_key_suffix"] == ".draft" and p["salted_seeding"] is True
+    assert p["has_unified_cache_linker"] is False
+
+
+def test_reads_the_unified_cache_linker(tmp_path: Path) -> None:
+    gen = _gen()
+    root = _wheel(tmp_path, "0.5.17")
+    (root / "sglang" / "srt" / "mem_cache" / "unified_cache").mkdir()
+    (root / "sglang" / "srt" / "mem_cache" / "unified_cache" / "__init__.py").write_text("")
+    assert gen.read_profile(gen.Wheel(root))["has_unified_cache_linker"] is True
 
 
 def test_written_module_builds_the_profiles_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -168,3 +177,21 @@ def test_two_wheels_of_one_line_are_refused(tmp_path: Path) -> None:
     a, b = _wheel(tmp_path / "a", "0.5.9"), _wheel(tmp_path / "b", "0.5.9.post1")
     with pytest.raises(SystemExit, match="two wheels of the same release line"):
         gen.main([str(a), str(b)])
+
+
+def test_observed_facts_leave_unobserved_and_contradictions_stop(tmp_path: Path) -> None:
+    gen = _gen()
+    p = gen.read_profile(gen.Wheel(_wheel(tmp_path, "0.5.14")))
+    assert p["draft_key_suffix"] == ".draft" and p["salted_seeding"] is True
+    seen = {"draft_key": {"suffix": ".draft"}, "salted_seeding": {"salted": True}}
+    out = gen.apply_observed(p, {"0.5.14": {"probe": {"observed": seen}}})
+    assert out["unobserved"] == ("calls_on_host_pools_registered",)
+    # not observed there (another line, or the observation failed): still unobserved
+    assert gen.apply_observed(p, {"0.5.9": {"probe": {"observed": seen}}})["unobserved"] == p["unobserved"]
+    failed = {"draft_key": {"suffix": None, "error": "x"}, "salted_seeding": {"salted": None}}
+    assert gen.apply_observed(p, {"0.5.14": {"probe": {"observed": failed}}})["unobserved"] == p["unobserved"]
+    wrong = {"draft_key": {"suffix": ""}}
+    with pytest.raises(
+        SystemExit, match=r"0\.5\.14: draft_key_suffix read from the source is '\.draft', observed ''"
+    ):
+        gen.apply_observed(p, {"0.5.14": {"probe": {"observed": wrong}}})

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,13 @@ def test_batch_size_matches() -> None:
     assert spec is not None and spec.origin is not None
     text = Path(spec.origin).read_text(encoding="utf-8")
     assert f"self.storage_batch_size = {CURRENT.storage_batch_size}\n" in text
+
+
+def test_unified_cache_linker_presence_matches() -> None:
+    """``has_unified_cache_linker`` is true exactly where the installed release has the
+    ``sglang.srt.mem_cache.unified_cache`` package."""
+    spec = importlib.util.find_spec("sglang.srt.mem_cache.unified_cache")
+    assert (spec is not None) is CURRENT.has_unified_cache_linker
 
 
 def _config(extra: dict[str, Any]) -> Any:
@@ -191,3 +199,46 @@ def test_page_hash_chain_matches_this_release() -> None:
             assert sg_utils.storage_namespace_seed(extra_key, salt) == seed, (extra_key, salt)
             if seed is not None:
                 assert theirs([1, 2, 3], seed) == hicache_sdk.get_hash_str([1, 2, 3], seed)
+
+
+def test_hash_vectors_of_this_releases_seeding_rule() -> None:
+    """``hash_vectors.json``: this release's own hash function gives each request the chain
+    of its profile's seeding rule: the salted chain where ``salted_seeding`` (the seed from
+    the release's ``storage_namespace_seed``, and its ``get_storage_hash_str`` on a key that
+    carries ``extra_key`` / ``cache_salt``), the unseeded chain elsewhere (the release's only
+    page hash: a salted request shares its keys with an unsalted one)."""
+    import json
+
+    theirs = _release_hash_fn()
+    doc = json.loads((Path(__file__).parent / "hash_vectors.json").read_text(encoding="utf-8"))
+    ps = doc["page_size"]
+    rule = "salted" if CURRENT.salted_seeding else "unseeded"
+    for case in doc["cases"]:
+        tokens = case["tokens"]
+        prior = case["seed"] if CURRENT.salted_seeding else None
+        if CURRENT.salted_seeding:
+            from sglang.srt.mem_cache import utils as sg_utils
+
+            assert sg_utils.storage_namespace_seed(case["extra_key"], case["cache_salt"]) == case["seed"]
+        chain = []
+        for i in range(0, len(tokens), ps):
+            prior = theirs(tokens[i : i + ps], prior)
+            chain.append(prior)
+        assert chain == case[rule], (case["extra_key"], case["cache_salt"], rule)
+    if CURRENT.salted_seeding:
+        from sglang.srt.mem_cache import utils as sg_utils
+
+        for case in doc["cases"]:
+            if case["cache_salt"] == "":  # RadixKey keeps an empty salt as None
+                continue
+            key = type("Key", (list,), {})(case["tokens"])
+            key.extra_key, key.cache_salt = case["extra_key"], case["cache_salt"]
+            try:
+                got = sg_utils.get_storage_hash_str(key, None, ps)
+            except TypeError:  # a native hash that takes plain lists only
+                got = sg_utils.get_hash_str(
+                    case["tokens"],
+                    sg_utils.storage_namespace_seed(key.extra_key, key.cache_salt),
+                    ps,
+                )
+            assert got == case["salted"], (case["extra_key"], case["cache_salt"])

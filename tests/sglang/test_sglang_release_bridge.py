@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import importlib.util
 import io
 import json
 import shlex
@@ -116,3 +117,46 @@ def test_backend_loads_round_trips_and_reports_this_releases_metrics(
         assert sum(stats.backup_pgs) >= 2 * N and sum(stats.prefetch_pgs) >= 2 * N
     finally:
         bridge.close()
+
+
+def _probe() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "release_probe", Path(__file__).resolve().parents[2] / "scripts" / "compat" / "release_probe.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_file_backend_round_trips_through_this_releases_controller(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The matrix's probe (``scripts/compat/release_probe.py``): this release's own
+    ``HiCacheController._page_backup`` / ``_page_transfer`` move pages through the bridge on
+    both paths, byte-exact."""
+    from sglang.srt.managers import cache_controller as cc
+    from sglang.srt.mem_cache.storage import backend_factory
+
+    probe = _probe()
+    env = {"sgl": sgl, "factory": backend_factory, "cc": cc, "profile": CURRENT, "collector": None}
+    cell = probe._cell("file", _extra("file", request, tmp_path), env)
+    assert cell["load"] == {"ok": True}
+    rt = cell["round_trip"]
+    assert rt["via"] == "controller" and rt["ok"], rt
+    for path in ("generic", "v1"):
+        assert rt["paths"][path]["backed_up_tokens"] == rt["paths"][path]["prefetched_tokens"] == probe.N * 4
+    assert cell["metrics"]["ok"], cell["metrics"]
+
+
+def test_draft_key_form_observed_is_the_profiles() -> None:
+    """The key this release's controller gives a draft page, observed over a recording
+    backend, is the profile's ``draft_key_suffix``."""
+    from sglang.srt.managers import cache_controller as cc
+
+    probe = _probe()
+    seen = probe.observe_draft_keys(
+        cc, MHAHostPool(64, 4, 2, 2, 8), MHAHostPool(64, 4, 1, 2, 8), CURRENT.storage_batch_size
+    )
+    assert "error" not in seen, seen
+    assert seen["suffix"] == CURRENT.draft_key_suffix, seen

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -66,11 +67,14 @@ def test_facts_that_moved_between_releases() -> None:
     assert by["0.5.14"].draft_key_suffix == ".draft" and by["0.5.9"].draft_key_suffix == ""
     assert by["0.5.23"].calls_on_host_pools_registered and not by["0.5.9"].calls_on_host_pools_registered
     assert by["0.5.3"].pool_names == () and "draft" in by["0.5.23"].pool_names
-    assert set(by["0.5.9"].unobserved) == {
-        "calls_on_host_pools_registered",
-        "draft_key_suffix",
-        "salted_seeding",
-    }
+    linker = [p.sglang_version for p in PROFILES if p.has_unified_cache_linker]
+    assert linker == [f"0.5.{n}" for n in range(17, 24)]
+    # observed by running each release (compat_matrix.py --releases, gen_sglang_profiles.py
+    # --observed): the draft key everywhere, salted seeding from 0.5.6 (its
+    # compute_node_hash_values); the hook SGLang calls is still read from the source
+    assert by["0.5.9"].unobserved == ("calls_on_host_pools_registered",)
+    assert by["0.5.3"].unobserved == ("calls_on_host_pools_registered", "salted_seeding")
+    assert all("calls_on_host_pools_registered" in p.unobserved for p in PROFILES)
 
 
 # -- draft keys ------------------------------------------------------------------------------
@@ -253,9 +257,145 @@ def test_release_outside_the_range_gets_one_message(tmp_path: Path) -> None:
     ]
 
 
+#: SGLang's own handling around the backend's construction at startup, as in every release
+#: (``StorageBackendFactory._create_dynamic_backend`` logs and re-raises every ``Exception``;
+#: ``run_scheduler_process`` logs every ``Exception`` with its traceback), run in a scheduler
+#: process the way SGLang starts one (``multiprocessing.Process``).
+_FACTORY = """
+import logging
+from hicache_sdk.sglang import HiCacheSDKStorage
+logger = logging.getLogger(__name__)
+def create_backend(cfg):
+    try:
+        return HiCacheSDKStorage(cfg, {})
+    except Exception as e:
+        logger.error(f"Failed to create dynamic storage backend 'hicache_sdk': {e}")
+        raise
+"""
+_SCHEDULER = """
+import sys, traceback
+from sglang.srt.mem_cache.storage.backend_factory import create_backend
+class Scheduler:
+    def __init__(self, cfg):
+        self.storage = create_backend(cfg)
+def run_scheduler_process(cfg):
+    try:
+        Scheduler(cfg)
+    except Exception:
+        print("Scheduler hit an exception: " + traceback.format_exc(), file=sys.stderr)
+def attach_at_runtime(cfg):
+    try:
+        create_backend(cfg)
+    except Exception as e:
+        return str(e)
+"""
+_START = """
+import multiprocessing, sys
+from hicache_sdk.sglang import BRIDGE_EXTRA_CONFIG
+from hicache_sdk.spec import HiCacheStorageConfig
+from sglang.srt.managers import scheduler
+cfg = HiCacheStorageConfig(extra_config={**BRIDGE_EXTRA_CONFIG, "backend": "memory"})
+print("ATTACH", scheduler.attach_at_runtime(cfg), flush=True)
+p = multiprocessing.get_context("fork").Process(target=scheduler.run_scheduler_process, args=(cfg,))
+p.start()
+p.join()
+print("EXIT", p.exitcode)
+"""
+
+
+def test_release_outside_the_range_stops_sglang_with_one_line(tmp_path: Path) -> None:
+    """At startup the operator sees the one message, no traceback, and the scheduler process
+    ends (exit 1); a runtime attach request gets the message back and the process lives on."""
+    _fake_sglang(tmp_path, "0.6.0", "sglang.srt.metrics.collector")
+    for rel, text in (
+        ("mem_cache/storage/backend_factory.py", _FACTORY),
+        ("managers/scheduler.py", _SCHEDULER),
+    ):
+        path = tmp_path / "sglang" / "srt" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for d in (path.parent, path.parent.parent):
+            if not (d / "__init__.py").exists():
+                (d / "__init__.py").write_text("")
+        path.write_text(textwrap.dedent(text))
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", _START], env={**os.environ, **env}, capture_output=True, text=True, timeout=120
+    )
+    message = (
+        "SGLang 0.6.0 is installed, but hicache-sdk supports SGLang 0.5.3 to 0.5.23 "
+        f"(one contract profile per release line: {', '.join(p.sglang_version for p in PROFILES)}); "
+        "install a release in that range"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == [f"ATTACH {message}", "EXIT 1"]
+    assert proc.stderr.strip().splitlines()[-1] == message
+    assert "Traceback" not in proc.stderr and "Scheduler hit an exception" not in proc.stderr
+
+
 def test_profile_fields_are_complete() -> None:
     for p in PROFILES:
         assert p.methods and p.config_fields and p.storage_metrics_fields, p.sglang_version
         assert p.storage_batch_size == 128, p.sglang_version
         assert {"backend_name", "module_path", "class_name"} <= set(p.dynamic_loader_keys)
         assert dataclasses.replace(p) == p
+
+
+# -- the by-release table of docs/compatibility.md ---------------------------------------------
+def _releases_module() -> Any:
+    compat = str(Path(__file__).resolve().parents[2] / "scripts" / "compat")
+    if compat not in sys.path:
+        sys.path.insert(0, compat)
+    import releases
+
+    return releases
+
+
+def test_release_table_renders_each_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    releases = _releases_module()
+    ok_cell = {
+        "load": {"ok": True},
+        "round_trip": {"ok": True, "via": "controller"},
+        "metrics": {"ok": True},
+    }
+    good = {
+        "wheel": "0.5.17",
+        "install_s": 41.5,
+        "total_s": 300.0,
+        "probe": {
+            "unified_cache_linker": True,
+            "backends": {b: ok_cell for b in releases.BACKENDS},
+            "observed": {"draft_key": {"suffix": ".draft"}},
+        },
+        "profile_check": {"rc": 0, "passed": 12, "failed": 0, "skipped": 2},
+        "check": {b: {"ok": True, "passed": 40, "failed": 0, "skipped": 9} for b in releases.BACKENDS},
+    }
+    torch_row = {
+        "wheel": "0.5.3.post3",
+        "install_s": 30.0,
+        "total_s": 40.0,
+        "probe": {
+            "unified_cache_linker": False,
+            "import_error": "ImportError: cannot import name 'x'",
+            "import_trace": "torch/_ops.py",
+        },
+    }
+    bad = {**good, "wheel": "0.5.9", "probe": {**good["probe"], "unified_cache_linker": False}}
+    bad["probe"]["observed"] = {"draft_key": {"suffix": ""}}
+    bad["check"] = {**good["check"], "redis": {"ok": False, "passed": 39, "failed": 1, "skipped": 9}}
+    results = tmp_path / "releases.json"
+    results.write_text(
+        json.dumps({"torch": "2.13.0", "releases": {"0.5.3": torch_row, "0.5.9": bad, "0.5.17": good}})
+    )
+    monkeypatch.setattr(releases, "RESULTS", results)
+    rows = {
+        line.split(" | ")[0]: line for line in releases.section().splitlines() if line.startswith("| 0.5.")
+    }
+    assert rows["| 0.5.3.post3"].endswith(
+        "| n/a | 30.0 s | 40.0 s | not run: torch (`ImportError: cannot import name 'x'`) |"
+    )
+    assert rows["| 0.5.17"].endswith("| `<hash>.draft` | available | 41.5 s | 300.0 s | pass |")
+    assert "check pass (40/0/9)" in rows["| 0.5.17"] and "matches (12 passed, 0 failed" in rows["| 0.5.17"]
+    assert rows["| 0.5.9"].endswith("| none | n/a | 41.5 s | 300.0 s | fail |")
+    assert "check fail (39/1/9)" in rows["| 0.5.9"]
+    assert rows["| 0.5.4"].endswith("| not run yet |")
+    assert "(first in 0.5.17)" in releases.section()

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .linker import LinkerLoadError, TransportLinker
 
 __all__ = [
+    "FIRST_SGLANG_RELEASE",
     "LINKER_CONFIG",
     "LINKER_KEYS",
     "DeviceKVView",
@@ -24,6 +25,10 @@ __all__ = [
     "TransportLinker",
     "layer_ranges",
 ]
+
+#: The first SGLang release whose linker factory loads an outside linker (its ``dynamic``
+#: backend): 0.5.17 to 0.5.22 ship parts of ``unified_cache/`` but only SGLang's own linkers.
+FIRST_SGLANG_RELEASE = "0.5.23"
 
 #: The loader keys of ``--unified-cache-external-linker-config`` for :class:`TransportLinker`.
 LINKER_CONFIG = {"linker": "TransportLinker", "linker_module_path": "hicache_sdk.sglang.linker"}
