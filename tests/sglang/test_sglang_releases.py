@@ -393,7 +393,9 @@ def test_release_table_renders_each_verdict(tmp_path: Path, monkeypatch: pytest.
     assert rows["| 0.5.3.post3"].endswith(
         "| n/a | 30.0 s | 40.0 s | not run: torch (`ImportError: cannot import name 'x'`) |"
     )
-    assert rows["| 0.5.17"].endswith("| `<hash>.draft` | available | 41.5 s | 300.0 s | pass |")
+    assert rows["| 0.5.17"].endswith(
+        "| `<hash>.draft` | n/a (SGLang's own linkers only) | 41.5 s | 300.0 s | pass |"
+    )
     assert "check pass (40/0/9)" in rows["| 0.5.17"] and "matches (12 passed, 0 failed" in rows["| 0.5.17"]
     assert rows["| 0.5.9"].endswith("| none | n/a | 41.5 s | 300.0 s | fail |")
     assert "check fail (39/1/9)" in rows["| 0.5.9"]
