@@ -400,4 +400,4 @@ def test_release_table_renders_each_verdict(tmp_path: Path, monkeypatch: pytest.
     assert rows["| 0.5.9"].endswith("| none | n/a | 41.5 s | 300.0 s | fail |")
     assert "check fail (39/1/9)" in rows["| 0.5.9"]
     assert rows["| 0.5.4"].endswith("| not run yet |")
-    assert "(first in 0.5.17)" in releases.section()
+    assert "from 0.5.17 on, but before 0.5.23 only SGLang's own linkers load" in releases.section()
