@@ -31,6 +31,7 @@ collect_ignore = (
         "test_l2_check_cli.py",
         "test_l2_contract.py",
         "test_l2_end_to_end.py",
+        "test_l2_in_place.py",
     ]
 )
 
