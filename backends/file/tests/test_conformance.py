@@ -40,6 +40,7 @@ class TestFileBackend(BackendSuite):
 
 class TestFileBackendSGLangFile(TestFileBackend):
     transport_tests = False  # the base class runs them on the same transport
+    stateful_examples = 5  # the base class runs the full stateful test on the same store
     config = {"root": _ROOT, "key_scheme": "sglang-file"}
 
     def namespace_config(self, namespace: str) -> dict[str, Any]:

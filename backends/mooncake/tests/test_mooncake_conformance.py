@@ -51,6 +51,7 @@ class TestMooncakeBackendSGLangMooncake(TestMooncakeBackend):
     puts in front of every object name, so the raw view's names are relative to it."""
 
     transport_tests = False  # the base class runs them on the same transport
+    stateful_examples = 5  # the base class runs the full stateful test on the same store
 
     config = {"key_scheme": "sglang-mooncake"}
 

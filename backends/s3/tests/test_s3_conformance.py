@@ -105,6 +105,7 @@ class TestS3Backend(BackendSuite):
 
 class TestS3BackendSGLangMooncake(TestS3Backend):
     transport_tests = False  # the base class runs them on the same transport
+    stateful_examples = 5  # the base class runs the full stateful test on the same store
     config = {**_CFG, "key_scheme": "sglang-mooncake"}
     waivers = {
         "test_transport_delete_makes_a_miss": (
