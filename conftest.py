@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile(
     "ci",
     derandomize=True,
-    max_examples=60,
+    max_examples=40,
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
