@@ -113,36 +113,22 @@ _ABANDON_COUNTER = {
 }
 
 
-class _Scope:
-    """:meth:`ResilientTransport.deadline_scope`: sets the thread's end for the block."""
+class _ThreadSetting:
+    """Sets attribute ``name`` of the thread's ``local`` to ``value`` for a ``with`` block, then
+    back to what it was: :meth:`ResilientTransport.deadline_scope` (``end``) and
+    :meth:`ResilientTransport.held` (``held``)."""
 
-    __slots__ = ("_end", "_local", "_prev")
+    __slots__ = ("_local", "_name", "_prev", "_value")
 
-    def __init__(self, local: threading.local, end: float | None) -> None:
-        self._local, self._end = local, end
-
-    def __enter__(self) -> None:
-        self._prev = getattr(self._local, "end", None)
-        self._local.end = self._end
-
-    def __exit__(self, *exc: object) -> None:
-        self._local.end = self._prev
-
-
-class _Held:
-    """:meth:`ResilientTransport.held`: sets the thread's quarantine for the block."""
-
-    __slots__ = ("_local", "_prev", "_q")
-
-    def __init__(self, local: threading.local, q: Quarantine) -> None:
-        self._local, self._q = local, q
+    def __init__(self, local: threading.local, name: str, value: object) -> None:
+        self._local, self._name, self._value = local, name, value
 
     def __enter__(self) -> None:
-        self._prev = getattr(self._local, "held", None)
-        self._local.held = self._q
+        self._prev = getattr(self._local, self._name, None)
+        setattr(self._local, self._name, self._value)
 
     def __exit__(self, *exc: object) -> None:
-        self._local.held = self._prev
+        setattr(self._local, self._name, self._prev)
 
 
 class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
@@ -253,13 +239,13 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
         """Install (or remove, with ``None``) a failure injector."""
         self._injector = injector
 
-    def deadline_scope(self, op: str) -> _Scope:
+    def deadline_scope(self, op: str) -> _ThreadSetting:
         """``with rt.deadline_scope("read"):`` -- every call this thread makes through this
         wrapper inside the block ends by the end of one ``op`` started now (or earlier, when
         its own deadline or an enclosing scope's ends first): the deadline of a whole batch."""
-        return _Scope(self._local, self._end(op))
+        return _ThreadSetting(self._local, "end", self._end(op))
 
-    def held(self, quarantine: Quarantine) -> _Held:
+    def held(self, quarantine: Quarantine) -> _ThreadSetting:
         """``with rt.held(q):`` -- reads and writes this thread makes through this wrapper
         inside the block, on a transport that is not cancellable, take the caller's memory
         as is (no staging copy): ``q.hold(buffers)`` before the call starts and
@@ -268,7 +254,7 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
         memory is neither reused nor freed -- e.g. by reporting its own result only after
         ``release``. Calls without a deadline run inline as always; a cancellable transport
         is cancelled at the deadline as always (it needs no quarantine)."""
-        return _Held(self._local, quarantine)
+        return _ThreadSetting(self._local, "held", quarantine)
 
     def deadline_passed(self) -> bool:
         """Whether this thread's :meth:`deadline_scope` has ended: a call made now would not
