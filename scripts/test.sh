@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up, then run the whole test suite: lint, types, unit/property/backend/conformance tests,
-# and the real-SGLang environment (the bridge and the linker). With HICACHE_TEST_LMCACHE=1, also
-# a short LMCache part (the L2 adapter's contract on the file backend, and end to end through
-# a real `lmcache server`; its env adds about two minutes). Tests start the servers they need themselves
+# the real-SGLang environment (the bridge and the linker) and a short real-LMCache part (the
+# L2 adapter's contract on the file backend, and end to end through a real `lmcache server`;
+# HICACHE_TEST_LMCACHE=0 leaves it out). Tests start the servers they need themselves
 # (on free 127.0.0.1 ports, stopped by PID), one set per pytest worker.
 #
 #   scripts/test.sh           everything (= CI); the core tests (tests/) run in an install
@@ -19,6 +19,9 @@ esac
 t0=$SECONDS
 # step NAME: print a step's header with the time since the start
 step() { printf '== %s  [%dm%02ds]\n' "$1" $(((SECONDS - t0) / 60)) $(((SECONDS - t0) % 60)); }
+# pip leaves byte-compiling to the first import (most of what the envs install is never
+# imported here); tox passes PIP_* on to its envs.
+export PIP_COMPILE=0
 scripts/setup.sh
 export CI="${CI:-1}"   # hypothesis "ci" profile: derandomized, bounded examples
 # pytest workers: the tests mostly wait on servers and subprocesses, so one more than the cores.
@@ -26,7 +29,7 @@ workers="${HICACHE_TEST_WORKERS:-$(( $(nproc) + 1 ))}"
 
 # Steps that run in the background: those still running are killed at exit, their logs removed.
 bg_logs=()
-trap 'kill $(jobs -pr) 2>/dev/null || true; rm -f "${bg_logs[@]}"' EXIT
+trap 'kill $(jobs -pr) 2>/dev/null || true; rm -rf "${bg_logs[@]}"' EXIT
 # start LOG_VAR PID_VAR CMD...: run CMD in the background, its output in a new log
 start() {
     local log
@@ -45,54 +48,62 @@ finish() {
     fi
 }
 
-if [ "$quick" = 0 ]; then
-    # Build the SGLang and LMCache environments while the other steps run: tox runs each
-    # env's install commands, then only asks pytest for its version. Their tests then run
-    # straight in the built env (below), without a second round of installs.
-    envs=".venv/bin/tox -q -e sglang -- --version"
-    if [ "${HICACHE_TEST_LMCACHE:-0}" = 1 ]; then
-        envs="$envs && .venv/bin/tox -q -e lmcache -- --version"
-    fi
-    start envs_log envs_pid sh -c "$envs"
-fi
-
-step "ruff"
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-step "import contracts and dead code (lint-imports, vulture; pyproject.toml)"
-.venv/bin/lint-imports --no-logo
-.venv/bin/vulture
-step "mypy (strict, hicache_sdk)"
-.venv/bin/mypy
-
 if [ "$quick" = 1 ]; then
+    step "ruff"
+    .venv/bin/ruff check .
+    .venv/bin/ruff format --check .
+    step "import contracts, dead code, mypy"
+    .venv/bin/lint-imports --no-logo
+    .venv/bin/vulture
+    .venv/bin/mypy
     echo "== pytest (quick: core and file backend)"
     exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" tests backends/file/tests
 fi
 
-step "test ids: every 0.1.0 test is still here, renamed or removed with a reason (tests/ids)"
-.venv/bin/python scripts/compare_test_ids.py
+# The steps below share 2 cores: what waits on servers and subprocesses overlaps with what
+# computes. In the background: the SGLang and LMCache environments (tox runs each env's
+# install commands, then only asks pytest for its version; their tests then run straight in
+# the built env, without a second round of installs), the install without a C compiler with
+# the core tests, and the static checks.
+envs=".venv/bin/tox -q -e sglang -- --version"
+if [ "${HICACHE_TEST_LMCACHE:-1}" = 1 ]; then
+    envs="$envs && .venv/bin/tox -q -e lmcache -- --version"
+fi
+start envs_log envs_pid sh -c "$envs"
+ids_dir="$(mktemp -d)"
+bg_logs+=("$ids_dir")
+# The core tests (tests/) run once, in the no-compiler install; the main run below has only
+# the kit's, which compare the compiled copy extension with its fallback.
+start nocc_log nocc_pid env HICACHE_COLLECTED_IDS="$ids_dir/core" \
+    scripts/nocompiler_check.sh -p no:cacheprovider -n 2
+step "ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+start static_log static_pid sh -c \
+    '.venv/bin/lint-imports --no-logo && .venv/bin/vulture && .venv/bin/mypy'
 
-step "without a C compiler, and the core tests (scripts/nocompiler_check.sh, alongside the next steps)"
-start nocc_log nocc_pid scripts/nocompiler_check.sh -p no:cacheprovider -n 2
-# The core tests (tests/) run once, in the no-compiler install above; here only the kit's,
-# which compare the compiled copy extension with its fallback.
 step "pytest (backends, conformance, the kit; $workers workers)"
-.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" \
+HICACHE_COLLECTED_IDS="$ids_dir/main" .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" \
     tests/kit backends/file/tests backends/redis/tests backends/s3/tests backends/mooncake/tests \
     conformance/tests
+step "import contracts, dead code, mypy (lint-imports, vulture, mypy; pyproject.toml): result"
+finish "the static checks" "$static_pid" "$static_log"
+cat "$static_log"
 step "real SGLang 0.5.23: the bridge and the linker (tests/sglang in the tox sglang env)"
 finish "building the tox sglang and lmcache environments" "$envs_pid" "$envs_log"
 PIP_CONSTRAINT="$PWD/constraints.txt" HICACHE_SGLANG_ENV=1 \
     .tox/sglang/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/sglang
-if [ "${HICACHE_TEST_LMCACHE:-0}" = 1 ]; then
+if [ "${HICACHE_TEST_LMCACHE:-1}" = 1 ]; then
     step "real LMCache 0.5.6: the L2 adapter on the file backend, and end to end (tox -e lmcache runs all)"
     PIP_CONSTRAINT="$PWD/constraints.txt" HICACHE_LMCACHE_ENV=1 LMCACHE_TRACK_USAGE=false \
         .tox/lmcache/bin/python -m pytest -q -p no:cacheprovider -n 2 \
         "tests/lmcache/test_l2_end_to_end.py::test_chunks_come_back_from_our_adapter[file]" \
         tests/lmcache/test_l2_contract.py::TestOursOnFile
 fi
-step "without a C compiler: result"
+step "without a C compiler, and the core tests (scripts/nocompiler_check.sh): result"
 finish "scripts/nocompiler_check.sh" "$nocc_pid" "$nocc_log"
 grep -E '^[0-9]+ passed' "$nocc_log" | tail -n 1 || true
+step "test ids: every 0.1.0 test is still here, renamed or removed with a reason (tests/ids)"
+sort -u "$ids_dir/core" "$ids_dir/main" >"$ids_dir/all"
+.venv/bin/python scripts/compare_test_ids.py --ids "$ids_dir/all"
 step "done"
