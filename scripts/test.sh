@@ -19,9 +19,9 @@ esac
 t0=$SECONDS
 # step NAME: print a step's header with the time since the start
 step() { printf '== %s  [%dm%02ds]\n' "$1" $(((SECONDS - t0) / 60)) $(((SECONDS - t0) % 60)); }
-# pip leaves byte-compiling to the first import (most of what the envs install is never
-# imported here); tox passes PIP_* on to its envs.
-export PIP_COMPILE=0
+# Imports write their bytecode (our packages, the tests' assertion rewrites): the test
+# processes and the many subprocesses they start then compile each module once.
+unset PYTHONDONTWRITEBYTECODE
 scripts/setup.sh
 export CI="${CI:-1}"   # hypothesis "ci" profile: derandomized, bounded examples
 # pytest workers: the tests mostly wait on servers and subprocesses, so one more than the cores.

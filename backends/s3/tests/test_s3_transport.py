@@ -135,6 +135,9 @@ def test_rejected_credentials_fail_construction() -> None:
                 "endpoint_url": srv.url,
                 "access_key_id": "AKIDUNKNOWN",
                 "secret_access_key": "nope",
+                # a loaded machine's first answer may be slow: a timeout would be a miss, not this
+                "read_timeout_s": 10.0,
+                "exists_timeout_s": 10.0,
             },
             environ={},
         )
