@@ -29,13 +29,20 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    out = os.environ.get("HICACHE_COLLECTED_IDS")
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if not out or worker not in (None, "gw0"):
-        return  # under xdist every worker collects everything: the first one writes
-    if worker is None and session.config.pluginmanager.has_plugin("dsession"):
-        return  # xdist's controller collects nothing
+def _write_ids(ids: list[str]) -> None:
+    out = os.environ["HICACHE_COLLECTED_IDS"]
     tmp = Path(f"{out}.tmp{os.getpid()}")
-    tmp.write_text("".join(f"{item.nodeid}\n" for item in session.items), encoding="utf-8")
+    tmp.write_text("".join(f"{nodeid}\n" for nodeid in ids), encoding="utf-8")
     tmp.replace(out)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if os.environ.get("HICACHE_COLLECTED_IDS") and "PYTEST_XDIST_WORKER" not in os.environ:
+        _write_ids([item.nodeid for item in session.items])  # without xdist
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    # xdist's controller: every worker collects everything, each reports the same ids
+    if os.environ.get("HICACHE_COLLECTED_IDS"):
+        _write_ids(ids)
