@@ -10,9 +10,8 @@ group's layers are marked complete when every page's group has landed, in layer 
 layer 0 lands after one small read per page, and a 32-layer batch takes 6 reads per page,
 not 32. Each group is one call for every page of the batch (a transport that offers
 :class:`~hicache_sdk.transport.RangedReads` itself, as the file and Mooncake transports do,
-gets it whole: Mooncake reads every page's ranges in one session). Once layer 0 has landed,
-the last group (about half the layers) is read on a second thread while the loading thread
-reads the groups between; it completes after them. Integrity holds as for whole reads:
+gets it whole: Mooncake reads every page's ranges in one session). Integrity holds as for
+whole reads:
 
 * layer 0's read includes each page's trailer, so identity, page and length are checked
   before any layer completes (a foreign or torn page fails the batch at once);
@@ -21,21 +20,18 @@ reads the groups between; it completes after them. Integrity holds as for whole 
 
 The ranged reads go through the backend's resilience layer (its
 :class:`~hicache_sdk.transport.RangedReads`): one call per layer group for every page of the
-batch, under one transfer deadline per thread (the loading thread's starts with the batch,
-as one whole read of the batch would; the second thread's when it starts), the transfer breaker, and staging (a read the deadline
+batch, all under one transfer deadline for the whole batch (as one whole read of the
+batch would be), the transfer breaker, and staging (a read the deadline
 abandons lands in SDK-owned memory, never in the device pool). A refused, failed or
-abandoned layer fails the batch, once neither thread is reading any more:
-``finish_layer_wise_loading`` returns ``False``, nothing raises.
+abandoned layer fails the batch: ``finish_layer_wise_loading`` returns ``False``, nothing
+raises.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import AbstractContextManager
 from typing import Any
 
 from ...paged.header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
@@ -77,9 +73,6 @@ class _Page:
 class RangedLoader:
     """Loads a batch layer by layer (see the module docs)."""
 
-    #: 2: the last layer group is read on a second thread, beside the others.
-    lanes = 2
-
     def __init__(self, store: Any, view: DeviceKVView) -> None:
         wrapped: Transport = store.transport
         ranged = wrapped.offers(RangedReads)
@@ -90,9 +83,7 @@ class RangedLoader:
         self.store = store
         self.view = view
         self.layers = layer_ranges(view)
-        self._pool: ThreadPoolExecutor | None = None  # the second lane, made on first use
         self._run_cache: dict[range, list[tuple[int, int, int]]] = {}
-        self._lane_lock = threading.Lock()
 
     def _pages(self, keys: Sequence[str], starts: Sequence[int]) -> list[_Page]:
         from ...hostpool.describe import page_segments
@@ -118,57 +109,21 @@ class RangedLoader:
     def load(self, counter: Any, index: int, keys: Sequence[str], starts: Sequence[int]) -> None:
         """Read every layer of the pages ``keys`` into the slots starting at ``starts``,
         completing each layer on ``counter`` (batch ``index``) once it has landed. Raises
-        on the first failure (the caller fails the batch), only once no read of the batch
-        is running any more."""
+        on the first failure (the caller fails the batch)."""
         pages = self._pages(keys, starts)
         groups = layer_groups(len(self.layers))
-        if not groups:
-            return
-        first, rest = groups[0], groups[1:]
-        # the last group (about half the layers) is read on the second lane, from the
-        # moment layer 0 has landed, while this thread reads the groups between
-        last = rest.pop() if len(rest) >= 2 and self.lanes > 1 else None
-        tail: Future[None] | None = None
-        try:
-            with self._scope():
-                self._read(pages, first, trailer=True)
-                headers = self._check_headers(pages)
-                if last is not None:
-                    tail = self._lane().submit(self._read_scoped, pages, last)
-                done = [first, *rest]
-                for g, group in enumerate(done):
-                    if g:
-                        self._read(pages, group)
-                    if last is None and g == len(done) - 1:
-                        self._check_sums(pages, headers)
-                    self._complete(counter, index, group)
-                if tail is not None and last is not None:
-                    tail.result()
+        last = len(groups) - 1
+        scope = self.scoped.deadline_scope("read") if self.scoped is not None else contextlib.nullcontext()
+        with scope:
+            headers: list[PageHeader] = []
+            for g, group in enumerate(groups):
+                self._read(pages, group, trailer=g == 0)
+                if g == 0:
+                    headers = self._check_headers(pages)
+                if g == last:
                     self._check_sums(pages, headers)
-                    self._complete(counter, index, last)
-        finally:
-            if tail is not None:
-                wait([tail])  # no read of this batch runs on once it has failed or finished
-
-    def close(self) -> None:
-        """Stop the second lane's thread (waits for a read it is running). Idempotent."""
-        with self._lane_lock:
-            lane, self._pool = self._pool, None
-        if lane is not None:
-            lane.shutdown(wait=True)
-
-    def _lane(self) -> ThreadPoolExecutor:
-        with self._lane_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="hicache-linker-lane")
-            return self._pool
-
-    def _scope(self) -> AbstractContextManager[None]:
-        return self.scoped.deadline_scope("read") if self.scoped is not None else contextlib.nullcontext()
-
-    def _read_scoped(self, pages: list[_Page], group: range) -> None:
-        with self._scope():
-            self._read(pages, group)
+                for layer in group:
+                    counter.complete(index, layer)
 
     def _read(self, pages: list[_Page], group: range, trailer: bool = False) -> None:
         """One ranged read of layers ``group`` of every page (and each page's trailer);
@@ -200,11 +155,6 @@ class RangedLoader:
         for i, (page, header) in enumerate(zip(pages, headers)):
             if header.checksum is not None and crc32_segments(page.obj.segments) != header.checksum:
                 raise OSError(f"page {i}: checksum mismatch")
-
-    @staticmethod
-    def _complete(counter: Any, index: int, group: range) -> None:
-        for layer in group:
-            counter.complete(index, layer)
 
     def _group_ranges(self, page: _Page, group: range) -> list[Range]:
         """The ranges of layers ``group`` in ``page``: one per part (K, V; MLA: one), each

@@ -527,8 +527,6 @@ class TransportLinker(_Base):
         self._offloads.put(None)
         self._load_thread.join()
         self._offload_thread.join()
-        if self._ranged is not None:
-            self._ranged.close()
         self.store.close()
 
     def __repr__(self) -> str:
