@@ -14,7 +14,11 @@ balanced order that changes every round (see :func:`~hicache_sdk.bench.harness.r
 * ``linker, page by page``: the same with ``"ranged_reads": false`` (only where the default
   is layer by layer);
 * ``raw read``: the backend's raw transport reading the same objects (payload and trailer)
-  into the same device memory, one ``read`` call: what the linker costs nothing over.
+  into the same device memory, one ``read`` call: what the linker costs nothing over;
+* ``raw ranged read`` (only where the default is layer by layer): the raw transport reading
+  the same byte ranges into the same memory as the layer-by-layer load, one ranged read
+  per layer group for every page, with nothing else: what splitting a page into layer
+  groups costs the transport itself.
 
 and times ``offload`` until its result pops, next to ``raw write``: the raw transport
 writing the same number of objects of the same size under other fresh names.
@@ -215,6 +219,37 @@ class _Bench:
             raise RuntimeError("raw read: not every object was read")
         return dt
 
+    def raw_ranged_read(self) -> float:
+        """The raw transport reading the same pages into the same memory as the linker's
+        layer-by-layer load does: one ranged read per layer group for every page (layer
+        0's with each page's trailer), in group order, with no check and no layer counter."""
+        from ..sglang.linker.view import layer_groups
+        from ..transport import RangedReads
+
+        loader = self.reader._ranged
+        raw = self.reader.store.raw_transport
+        pages = loader._pages(self.keys, self.idx[:: self.plan.tokens_per_page].tolist())
+        names = [p.name for p in pages]
+        batches = []
+        for g, group in enumerate(layer_groups(len(loader.layers))):
+            batch = []
+            for page in pages:
+                ranges = loader._group_ranges(page, group)
+                if g == 0:
+                    ranges.append((page.obj.payload_len, [(page.trailer, len(self._trailers[0]))]))
+                batch.append(ranges)
+            batches.append(batch)
+        many = raw.offers(RangedReads)
+        t0 = time.perf_counter()
+        for batch in batches:
+            if many is not None:
+                ok = many.read_ranges_batch(names, batch)
+            else:
+                ok = [raw.read_ranges(n, r) for n, r in zip(names, batch)]
+            if not all(ok):
+                raise RuntimeError("raw ranged read: not every object was read")
+        return time.perf_counter() - t0
+
     def load(self, linker: Any) -> tuple[float, float]:
         """(seconds until the batch finished, seconds until layer 0 landed)."""
         if linker.load("bench", _kv(self.keys, self.idx)) is not True:
@@ -240,10 +275,12 @@ def run_linker_bench(plan: LinkerPlan, tick: Callable[[], None] | None = None) -
         if b.ranged:
             reads["linker, page by page"] = lambda: b.load(b.whole)
         reads["raw read"] = lambda: (b.raw_read(), 0.0)
+        if b.ranged:
+            reads["raw ranged read"] = lambda: (b.raw_ranged_read(), 0.0)
         labels = list(reads)
         orders = round_orders(len(labels))
         load: dict[str, list[float]] = {k: [] for k in labels}
-        layer0: dict[str, list[float]] = {k: [] for k in labels[:-1]}
+        layer0: dict[str, list[float]] = {k: [] for k in labels if k.startswith("linker")}
         offload: dict[str, list[float]] = {"linker": [], "raw write": []}
         for rnd in range(plan.warmup + plan.repeats):
             b.fresh_keys()
@@ -282,9 +319,11 @@ def run_linker_bench(plan: LinkerPlan, tick: Callable[[], None] | None = None) -
         )
 
     raw = {"raw read": load.pop("raw read")}
-    out = [result("linker-load", {"linker": load["linker"], **raw}, {"linker": n, "raw read": n})]
+    if "raw ranged read" in load:
+        raw["raw ranged read"] = load.pop("raw ranged read")
+    out = [result("linker-load", {"linker": load["linker"], **raw}, {"linker": n, **{k: n for k in raw}})]
     if b.ranged:
-        pages = {"linker, page by page": load["linker, page by page"], **raw}
+        pages = {"linker, page by page": load["linker, page by page"], "raw read": raw["raw read"]}
         out.append(result("linker-load-page-by-page", pages, {k: n for k in pages}))
     if b.ranged:
         out.append(

@@ -54,7 +54,8 @@ A call goes through these steps, outermost first:
    the transport is closed. Staging buffers are registered when mapped.
 
 **Ranged reads** (:meth:`ResilientTransport.read_ranges`, and
-:meth:`~ResilientTransport.read_ranges_batch` for many objects in one call) are reads: the
+:meth:`~ResilientTransport.read_ranges_batch` for many objects in one call; a transport that
+offers :class:`~hicache_sdk.transport.RangedReads` itself gets the batch in one call) are reads: the
 transfer deadline (within an enclosing scope), the transfer breaker, the same memory rules
 (step 4: staged by default, the ranges landing in SDK-owned staging and copied out only
 when the call answered in time, so an abandoned ranged read never writes into the caller's
@@ -676,8 +677,14 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
 
     def _ranges_job(self, keys: list[str], ranges: Sequence[Sequence[Range]]) -> Callable[[], list[bool]]:
         inner = self._inner
+        batch = inner.offers(RangedReads)
 
         def job() -> list[bool]:
+            if batch is not None:  # the transport reads many objects' ranges in one call
+                got = batch.read_ranges_batch(keys, ranges)
+                if len(got) != len(keys):
+                    raise TransportError(f"read_ranges_batch: {len(got)} answers for {len(keys)} keys")
+                return [bool(g) for g in got]
             return [bool(inner.read_ranges(k, r)) for k, r in zip(keys, ranges)]
 
         return job

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 
 import pytest
 from resilience_fakes import Buf, Cfg, FakeClock, FakeQuarantine, HealthTransport, MisbehavingTransport
@@ -704,6 +705,35 @@ def test_ranged_reads_go_through_staging_and_answer_per_object() -> None:
     with pytest.raises(ValueError, match="one per key"):
         w.read_ranges_batch(["a", "b"], [[]])
     assert w.staging.in_use == 0
+    w.close()
+
+
+def test_ranged_reads_reach_a_batching_transport_in_one_call() -> None:
+    """A transport that offers RangedReads itself gets a batch in one call (staged as
+    usual); a wrong number of answers is a failed call, never a partial answer."""
+    from hicache_sdk.transport import Range, RangedReads
+
+    class Batching(MisbehavingTransport, RangedReads):
+        batches: list[int] = []
+        short = False
+
+        def read_ranges_batch(self, keys: Sequence[str], ranges: Sequence[Sequence[Range]]) -> list[bool]:
+            self.batches.append(len(keys))
+            got = [self.read_ranges(k, r) for k, r in zip(keys, ranges)]
+            return got[:-1] if self.short else got
+
+    t = Batching()
+    t.store["a"], t.store["b"] = b"\x01" * 64, b"\x02" * 64
+    w, _ = make(t)
+    d1, d2 = Buf(8), Buf(8)
+    assert w.read_ranges_batch(["a", "b", "c"], [[(8, d1.segs())], [(56, d2.segs())], []]) == [
+        True,
+        True,
+        False,
+    ]
+    assert t.batches == [3] and d1.bytes() == b"\x01" * 8 and d2.bytes() == b"\x02" * 8
+    t.short = True
+    assert w.read_ranges_batch(["a", "b"], [[(0, d1.segs())], [(0, d2.segs())]]) == [False, False]
     w.close()
 
 

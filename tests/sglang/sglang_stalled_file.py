@@ -6,12 +6,11 @@ then they go on and land their bytes late. Loaded by ``module:Class``
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 
 from hicache_backend_file.file_transport import FileTransport
 from hicache_backend_file.storage import FileStorage
 
-from hicache_sdk.transport import Range
+from hicache_sdk.transport import Segments
 
 
 class Stall:
@@ -28,15 +27,16 @@ STALL = Stall()
 
 
 class StalledFileTransport(FileTransport):
-    def read_ranges(self, key: str, ranges: Sequence[Range]) -> bool:
+    def _read_checked(self, key: str, checked: list[tuple[int, int, Segments]]) -> bool:
+        """One object's ranged read (``read_ranges`` and ``read_ranges_batch`` both)."""
         with STALL.lock:
             n, STALL.calls = STALL.calls, STALL.calls + 1
         if STALL.after is None or n < STALL.after:
-            return super().read_ranges(key, ranges)
+            return super()._read_checked(key, checked)
         STALL.stalled.set()
         STALL.thaw.wait(30)
         try:
-            return super().read_ranges(key, ranges)
+            return super()._read_checked(key, checked)
         finally:
             STALL.landed.set()
 

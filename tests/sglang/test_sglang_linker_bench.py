@@ -53,7 +53,7 @@ def test_bench_engine_sglang_linker_writes_every_figure(tmp_path: Path) -> None:
     page_bytes = 2 * 4 * 4 * 8 * 128 * 2  # K and V, layers, tokens, heads, head dim, bfloat16
     load = docs["linker-load-file"]
     assert load["params"] == {"pages": 3, "page_bytes": page_bytes, "layers": 4, "tokens_per_page": 4}
-    assert list(load["results"]) == ["linker", "raw read"]
+    assert list(load["results"]) == ["linker", "raw read", "raw ranged read"]
     pages = docs["linker-load-page-by-page-file"]["results"]
     assert list(pages) == ["linker, page by page", "raw read"]
     assert pages["raw read"]["samples_s"] == load["results"]["raw read"]["samples_s"]

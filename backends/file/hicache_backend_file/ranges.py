@@ -1,5 +1,6 @@
 """Native ranged reads of :class:`~.file_transport.FileTransport`: one ``open``, one
-``fstat`` and one ``preadv`` at each range's offset (the :class:`RangePath` mixin)."""
+``fstat`` and one ``preadv`` at each range's offset (the :class:`RangePath` mixin), for
+one object or, in one call, for many (:class:`~hicache_sdk.transport.RangedReads`)."""
 
 from __future__ import annotations
 
@@ -7,22 +8,34 @@ import os
 import stat
 from collections.abc import Sequence
 
-from hicache_sdk.transport import Range, check_ranges, ranges_within
+from hicache_sdk.transport import Range, RangedReads, Segments, check_ranges, ranges_within
 
 from .base import FileBase, reason_of
 from .names import check_names
-from .vio import preadv_exact, segment_views
+from .vio import IOV_MAX, advance, preadv_exact, segment_arrays, segment_views
 
 __all__ = ["RangePath"]
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-class RangePath(FileBase):
+class RangePath(FileBase, RangedReads):
     """``read_ranges`` for the file transport: a local file reads a range per ``preadv``,
-    so ranges are cheap."""
+    so ranges are cheap; ``read_ranges_batch`` reads many objects' ranges in one call."""
 
     cheap_ranges = True
+
+    def read_ranges_batch(self, keys: Sequence[str], ranges: Sequence[Sequence[Range]]) -> list[bool]:
+        """``[read_ranges(keys[i], ranges[i]) ...]``, the names and ranges checked once for
+        the batch. ``ValueError`` for a bad name or range, before any I/O."""
+        if len(keys) != len(ranges):
+            raise ValueError(f"ranges: expected {len(keys)} entries (one per key), got {len(ranges)}")
+        check_names(keys)
+        checked = [check_ranges(r, f"ranges[{i}]") for i, r in enumerate(ranges)]
+        if self._closed:
+            return [False] * len(keys)
+        read = self._read_checked
+        return [read(k, c) for k, c in zip(keys, checked)]
 
     def read_ranges(self, key: str, ranges: Sequence[Range]) -> bool:
         """See :meth:`hicache_sdk.transport.Transport.read_ranges`. A missing object, a
@@ -33,6 +46,10 @@ class RangePath(FileBase):
         checked = check_ranges(ranges)
         if self._closed:
             return False
+        return self._read_checked(key, checked)
+
+    def _read_checked(self, key: str, checked: list[tuple[int, int, Segments]]) -> bool:
+        """:meth:`read_ranges` of ``key`` once its name and ranges are checked."""
         try:
             fd = self._fs.open(key, _FLAGS)
         except OSError as e:
@@ -46,8 +63,14 @@ class RangePath(FileBase):
             if not ranges_within(checked, st.st_size):
                 self._count("out_of_range")
                 return False
+            preadv = os.preadv
             for offset, n, segs in checked:
-                if n and not preadv_exact(fd, segment_views([s for s in segs if s[1]]), offset):
+                if not n:
+                    continue
+                arrays, _ = segment_arrays(segs)
+                got = preadv(fd, arrays, offset) if len(arrays) <= IOV_MAX else 0
+                # a short read (a signal, the 2 GiB cap, too many segments) resumes by views
+                if got != n and not preadv_exact(fd, advance(segment_views(segs), got), offset + got):
                     self._count("size_mismatch")
                     return False
             return True

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 from hicache_sdk import SIZE_UNKNOWN, Capabilities, Segments, Transport, TransportError
 from hicache_sdk.kit.batches import first_occurrences, swap_if_all
-from hicache_sdk.transport import Range, check_ranges
+from hicache_sdk.transport import Range, RangedReads, check_ranges
 
 from . import clients
 from .config import MooncakeConfig
@@ -104,7 +104,7 @@ def _load_store_class() -> Any:
 _STORE_CLASS = _load_store_class()
 
 
-class MooncakeTransport(Transport):
+class MooncakeTransport(Transport, RangedReads):
     """Objects in Mooncake Store. Thread-safe. See the module docs for the failure rules."""
 
     capabilities = Capabilities(
@@ -391,6 +391,30 @@ class MooncakeTransport(Transport):
         if reason is not None:
             self.count_failure(reason)
         return ok
+
+    def read_ranges_batch(self, keys: Sequence[str], ranges: Sequence[Sequence[Range]]) -> list[bool]:
+        """``read_ranges`` of many objects: a size query each, then one get session and one
+        zero-copy ranged call for all of them (:mod:`.ranges`)."""
+        from .ranges import read_ranges_batch_with
+
+        if len(keys) != len(ranges):
+            raise ValueError(f"ranges: expected {len(keys)} entries (one per key), got {len(ranges)}")
+        for i, r in enumerate(ranges):
+            check_ranges(r, f"ranges[{i}]")  # bad input raises before any I/O
+        if not keys:
+            return []
+        try:
+            store = self._enter()
+        except TransportError as e:
+            self.count_failure(e.reason, len(keys))
+            return [False] * len(keys)
+        try:
+            out, reasons = read_ranges_batch_with(store, keys, ranges)
+        finally:
+            self._leave()
+        for reason in reasons:
+            self.count_failure(reason)
+        return out
 
     def write(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """Create-if-absent (Mooncake ``put`` never overwrites); an existing key is success.

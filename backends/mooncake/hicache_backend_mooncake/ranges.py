@@ -11,7 +11,7 @@ from typing import Any
 
 from hicache_sdk.transport import Range, check_ranges, ranges_within
 
-__all__ = ["flatten_ranges", "read_ranges_with"]
+__all__ = ["flatten_ranges", "read_ranges_batch_with", "read_ranges_with"]
 
 
 def flatten_ranges(ranges: Sequence[Range]) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, Any]]]:
@@ -52,3 +52,60 @@ def read_ranges_with(store: Any, key: str, ranges: Sequence[Range]) -> tuple[boo
     if isinstance(codes, (list, tuple)) and len(codes) == 1 and codes[0] == want:
         return True, None
     return False, "transfer"
+
+
+def read_ranges_batch_with(
+    store: Any, keys: Sequence[str], ranges: Sequence[Sequence[Range]]
+) -> tuple[list[bool], list[str]]:
+    """``(answers, reasons)`` of reading ``ranges[i]`` of ``keys[i]`` for every ``i`` with
+    a set-up Mooncake client: a size query per object, then one get session and one
+    ``batch_get_into_multi_buffer_ranges`` call for every object that has bytes to move.
+    ``reasons``: a failure token per failed object that was not a plain miss. Duplicate
+    keys are read one at a time (:func:`read_ranges_with`): Mooncake fills one destination
+    per key in a batch."""
+    flat = [flatten_ranges(r) for r in ranges]
+    n = len(keys)
+    out = [False] * n
+    reasons: list[str] = []
+    if len(set(keys)) != n:
+        for i, (k, r) in enumerate(zip(keys, ranges)):
+            out[i], reason = read_ranges_with(store, k, r)
+            if reason is not None:
+                reasons.append(reason)
+        return out, reasons
+    todo: list[int] = []
+    for i, (key, (pieces, checked)) in enumerate(zip(keys, flat)):
+        size = int(store.get_size(key))
+        if size < 0:
+            continue
+        if not ranges_within(checked, size):
+            reasons.append("out_of_range")
+        elif not pieces:
+            out[i] = True
+        else:
+            todo.append(i)
+    if not todo:
+        return out, reasons
+    names = [keys[i] for i in todo]
+    started = list(store.batch_get_session_start(names))
+    if len(started) != len(names):
+        started = [-1] * len(names)
+    live = [i for i, code in zip(todo, started) if code == 0]  # the others: gone since get_size
+    try:
+        if live:
+            codes = store.batch_get_into_multi_buffer_ranges(
+                [keys[i] for i in live],
+                [[p[0] for p in flat[i][0]] for i in live],
+                [[p[1] for p in flat[i][0]] for i in live],
+                [[p[2] for p in flat[i][0]] for i in live],
+            )
+            codes = list(codes) if isinstance(codes, (list, tuple)) else []
+            for j, i in enumerate(live):
+                want = sum(p[1] for p in flat[i][0])
+                if j < len(codes) and codes[j] == want:
+                    out[i] = True
+                else:
+                    reasons.append("transfer")
+    finally:
+        store.batch_get_session_end([keys[i] for i, code in zip(todo, started) if code == 0])
+    return out, reasons

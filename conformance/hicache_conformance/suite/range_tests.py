@@ -4,7 +4,9 @@ Every transport answers them: natively when it overrides the verb, else through 
 class's whole read (both must agree). Rules: the bytes of each range land in its own
 segments, byte for byte; ranges at the object's edges and empty ranges are fine; a range
 past the end is a miss (``False``), never a short read or an exception; a missing object
-is ``False``; a negative offset is a ``ValueError`` before any I/O.
+is ``False``; a negative offset is a ``ValueError`` before any I/O. A transport that reads
+many objects' ranges in one call (it offers :class:`~hicache_sdk.transport.RangedReads`)
+answers each object as ``read_ranges`` would.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from hicache_sdk.transport import has_read_ranges
+from hicache_sdk.transport import RangedReads, has_read_ranges
 
 from .. import pools as P
 from ..capabilities import level
@@ -77,3 +79,26 @@ class RangeReadTests:
         assert transport.read_ranges(absent, []) is False, "an empty list of ranges on a missing object"
         with pytest.raises(ValueError, match="offset"):
             transport.read_ranges(k, [(-1, [(d.data_ptr(), 16)])])
+
+    @level(1)
+    def test_transport_read_ranges_batch_answers_per_object(self, transport: Any, tkeys: Any) -> None:
+        batch = transport.offers(RangedReads)
+        if batch is None:
+            pytest.skip(f"{type(transport).__name__} does not offer RangedReads (ranges of many objects)")
+        keys = tkeys("ranges-batch", 10)
+        absent, oob = 3, 6
+        data = {i: self._stored(transport, k) for i, k in enumerate(keys) if i != absent}
+        spans = [[(0, 64 + i), (_N - 100 + i, 100 - i)] for i in range(len(keys))]
+        spans[oob] = [(0, 10), (_N - 5, 10)]
+        dsts = [[_sentinel(n) for _, n in sp] for sp in spans]
+        ranges = [[(off, [(d.data_ptr(), n)]) for (off, n), d in zip(sp, ds)] for sp, ds in zip(spans, dsts)]
+        got = batch.read_ranges_batch(keys, ranges)
+        want = [i not in (absent, oob) for i in range(len(keys))]
+        assert [bool(g) for g in got] == want, f"read_ranges_batch answered {got}, expected {want}"
+        for i, (sp, ds) in enumerate(zip(spans, dsts)):
+            if want[i]:
+                for (off, n), d in zip(sp, ds):
+                    assert bytes(d.numpy()) == data[i][off : off + n], f"object {i}: range ({off}, {n})"
+        assert batch.read_ranges_batch([], []) == []
+        with pytest.raises(ValueError):
+            batch.read_ranges_batch(keys[:1], [[(-1, [])]])
