@@ -60,9 +60,9 @@ FINDINGS = {
 
 #: Rows this table does not have yet, and why.
 NOT_YET = (
-    "- **Not in the table: SGLang's Mooncake linker on the other hybrid models** (DeepSeek V4, "
-    "DSA, Mamba + SWA): their device pools need GPU kernels or model state the matrix does not "
-    "build on CPU."
+    "- **Not in the table: SGLang's Mooncake linker on its other hybrid models.** The matrix "
+    "builds no DeepSeek V4 or DSA device pools, and the contract's Mamba check builds Mamba over "
+    "an MLA pool only (not Mamba + SWA)."
 )
 
 
