@@ -667,6 +667,15 @@ def test_mamba_refusals(tmp_path: Path) -> None:
     req_pool.mamba_ckpt_pool = object()
     with pytest.raises(ConfigError, match="an int8 Mamba checkpoint pool"):
         build(kvcache, good, model="m", components=mamba, req_pool=req_pool)
+    req_pool.mamba_ckpt_pool = None
+
+    class _VirtualSlots(type(req_pool)):  # type: ignore[misc]
+        def translate_mamba_indices(self, mamba_indices: torch.Tensor) -> torch.Tensor:
+            return mamba_indices + 1
+
+    req_pool.__class__ = _VirtualSlots
+    with pytest.raises(ConfigError, match="translates Mamba slot ids"):
+        build(kvcache, good, model="m", components=mamba, req_pool=req_pool)
 
 
 def sub_bytes(pool: Any, slots_: torch.Tensor) -> list[bytes]:

@@ -277,6 +277,14 @@ class TransportLinker(_Base):
                 f"{type(mamba).__name__} keeps state beside its conv and temporal states "
                 f"({', '.join(extra)}): TransportLinker serves plain Mamba state pools"
             )
+        from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
+
+        translate = getattr(type(req_to_token_pool), "translate_mamba_indices", None)
+        if translate is not None and translate is not HybridReqToTokenPool.translate_mamba_indices:
+            raise ConfigError(
+                f"{type(req_to_token_pool).__name__} translates Mamba slot ids (virtual slots: "
+                "--enable-unified-memory): TransportLinker serves Mamba pools whose slot ids are rows"
+            )
         return DeviceMambaView(cache.temporal, cache.conv, name=type(mamba).__name__)
 
     @staticmethod
