@@ -713,3 +713,36 @@ def test_mamba_pages_are_not_hicache_pages() -> None:
     assert raw(host.temporal_buffer[5][:, 0]) == raw(info.temporal[:, 3])
     for h, d in zip(host.conv_buffer, info.conv):
         assert raw(h[5][:, 0]) == raw(d[:, 3])
+
+
+def test_mamba_state_is_written_by_every_rank_beside_mla_pages(tmp_path: Path) -> None:
+    """Mamba over MLA at TP 2: the MLA pages are rank 0's to write, the Mamba state is
+    rank-local, so each rank stores its own (and a length needs this rank's state)."""
+    from hicache_conformance.linker_contract import kv_mamba, mamba_pools
+
+    cfg = {"root": str(tmp_path)}
+    components = {ComponentType.FULL, ComponentType.MAMBA}
+    model = f"org/mamba-tp-{uuid.uuid4().hex[:8]}"
+    linkers = []
+    try:
+        for rank in (1, 0):
+            kvcache, req_pool = mamba_pools("mla", 90 + rank)
+            config = linker_config("file", cfg, tp_rank=rank, tp_size=2)
+            linkers.append(build(kvcache, config, model=model, components=components, req_pool=req_pool))
+        rank1, rank0 = linkers
+        keys = page_keys(2)
+        assert rank1.offload(kv_mamba(keys, slots(1, 2), keys[1:], 2)) is True
+        assert wait_offloads(rank1, 1) == [True]
+        assert rank0.lookup("r", transfer(keys, None)) == []  # rank 1 wrote no MLA page
+        assert rank0.offload(kv_mamba(keys, slots(1, 2), keys[1:], 2)) is True
+        assert wait_offloads(rank0, 1) == [True]
+        for linker in linkers:
+            assert linker.lookup("r", kv_mamba(keys, None, keys[1:], None)) == [2]
+        other = page_keys(2)
+        assert rank0.offload(kv_mamba(other, slots(3, 2), other[1:], 3)) is True
+        assert wait_offloads(rank0, 1) == [True]
+        assert rank1.lookup("r", transfer(other, None)) == [1, 2]  # rank 0's MLA pages
+        assert rank1.lookup("r", kv_mamba(other, None, other[1:], None)) == []  # but not its state
+    finally:
+        for linker in linkers:
+            linker.close()
