@@ -22,7 +22,13 @@ broken rule. The rules, each from SGLang's ``unified_cache_linker.py`` and its c
 * SWA windows: for an SWA model (an ``SWAKVPool``, components ``FULL`` and ``SWA``) a
   length is restorable only with its trailing window's SWA pages (SGLang's
   ``TRAILING_PAGES`` rule, as ``batch_exists_v2`` folds it), so ``lookup`` is sparse, and a
-  load restores both pools. Mamba windows are not checked yet.
+  load restores both pools;
+* Mamba windows: for a hybrid Mamba model (a ``HybridLinearKVPool`` over an MLA pool and a
+  ``MambaPool``, components ``FULL`` and ``MAMBA``) the Mamba state is one slot per node,
+  stored under the node's last page (``TRAILING_PAGES``, a window of one page), so a length
+  is restorable only where a state was stored: ``lookup`` is sparse, and a load restores
+  the KV pages and the state. (An MLA full pool, so that SGLang's own Mooncake linker can
+  be checked too: its view builder serves Mamba only over MLA.)
 
 Only imported where SGLang is installed (and importable: a CPU machine needs stand-ins for
 its GPU-only imports).
@@ -61,16 +67,25 @@ class LinkerEnv:
     extra: dict[str, Any]
     made: list[Any]
 
-    def build(self, pool: Any, model: str, *, components: set[str] | None = None, **extra: Any) -> Any:
+    def build(
+        self,
+        pool: Any,
+        model: str,
+        *,
+        components: set[str] | None = None,
+        req_pool: Any = None,
+        **extra: Any,
+    ) -> Any:
         """A linker over ``pool`` built by SGLang's factory, for the components named
-        (``ComponentType`` names; default ``{"FULL"}``)."""
+        (``ComponentType`` names; default ``{"FULL"}``); ``req_pool``: the request pool
+        (a hybrid Mamba model's holds the Mamba state)."""
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
         from sglang.srt.mem_cache.unified_cache.linker_factory import create_unified_cache_linker
 
         params = CacheInitParams(
             disable=False,
-            req_to_token_pool=None,
+            req_to_token_pool=req_pool,
             token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: pool),
             page_size=PAGE,
         )
@@ -141,6 +156,92 @@ def swa_pool(seed: int | None = None) -> Any:
     return pool
 
 
+#: The hybrid Mamba model of :func:`mamba_pools`: full attention on layers 0 and 2, a Mamba
+#: (linear attention) layer 1, and this many state slots.
+MAMBA_FULL_LAYERS, MAMBA_LAYERS, MAMBA_SLOTS = [0, 2], [1], 8
+
+
+def mamba_pools(kind: str = "mla", seed: int | None = None, *, swa: bool = False) -> tuple[Any, Any]:
+    """SGLang's real CPU pools of a hybrid Mamba model: ``(kvcache, req_to_token_pool)``,
+    a ``HybridLinearKVPool`` over an ``mla`` or ``mha`` full-attention pool (with ``swa``:
+    an ``SWAKVPool``, full attention on layer 0 and a sliding window on layer 2) and a
+    ``HybridReqToTokenPool`` holding the ``MambaPool`` (a Mamba2 state: one bfloat16 conv
+    state, one float32 temporal state), random bytes from ``seed`` (else zeros)."""
+    from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateDType, Mamba2StateShape
+    from sglang.srt.mem_cache.memory_pool import HybridLinearKVPool, HybridReqToTokenPool
+
+    shape = Mamba2StateShape.create(
+        tp_world_size=1, intermediate_size=8, n_groups=1, num_heads=2, head_dim=4, state_size=4, conv_kernel=4
+    )
+    params = Mamba2CacheParams(
+        shape=shape,
+        layers=MAMBA_LAYERS,
+        dtype=Mamba2StateDType(conv=torch.bfloat16, temporal=torch.float32),
+    )
+    req_pool = HybridReqToTokenPool(
+        size=4,
+        mamba_size=MAMBA_SLOTS,
+        mamba_spec_state_size=4,
+        max_context_len=TOKENS,
+        device="cpu",
+        enable_memory_saver=False,
+        cache_params=params,
+        mamba_layer_ids=MAMBA_LAYERS,
+        enable_mamba_extra_buffer=False,
+        enable_overlap_schedule=False,
+    )
+    if swa:
+        from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+
+        kvcache: Any = SWAKVPool(
+            size=TOKENS,
+            size_swa=TOKENS // 2,
+            page_size=PAGE,
+            dtype=torch.bfloat16,
+            head_num=2,
+            head_dim=8,
+            swa_attention_layer_ids=[2],
+            full_attention_layer_ids=[0],
+            device="cpu",
+        )
+        subs = [kvcache.full_kv_pool, kvcache.swa_kv_pool]
+    else:
+        kvcache = HybridLinearKVPool(
+            size=TOKENS,
+            dtype=torch.bfloat16,
+            page_size=PAGE,
+            head_num=2,
+            head_dim=8,
+            full_attention_layer_ids=MAMBA_FULL_LAYERS,
+            device="cpu",
+            mamba_pool=req_pool.mamba_pool,
+            use_mla=kind == "mla",
+            kv_lora_rank=8,
+            qk_rope_head_dim=4,
+        )
+        subs = [kvcache.full_kv_pool]
+    cache = req_pool.mamba_pool.mamba_cache
+    kv_bufs = [
+        b
+        for sub in subs
+        for b in (sub.kv_buffer if kind == "mla" and not swa else (*sub.k_buffer, *sub.v_buffer))
+    ]
+    fill_buffers([*kv_bufs, cache.temporal, *cache.conv], seed)
+    return kvcache, req_pool
+
+
+def mamba_state_bytes(req_pool: Any, slot: int) -> list[bytes]:
+    """Every Mamba layer's state bytes of ``slot`` (temporal, then each conv state)."""
+    cache = req_pool.mamba_pool.mamba_cache
+    return [
+        b"".join(
+            bytes(t[layer][slot].contiguous().view(torch.uint8).numpy())
+            for t in (cache.temporal, *cache.conv)
+        )
+        for layer in range(cache.temporal.shape[0])
+    ]
+
+
 def sub_pool_bytes(sub: Any, slots: torch.Tensor) -> list[bytes]:
     """Every layer's bytes of ``slots`` in one MHA (sub-)pool."""
     return [layer_bytes(sub, layer, slots) for layer in range(len(sub.k_buffer))]
@@ -186,6 +287,22 @@ def kv_swa(
         hit_policy=PoolHitPolicy.TRAILING_PAGES,
     )
     return [*kv(page_keys, indices), swa]
+
+
+def kv_mamba(
+    page_keys: list[str], indices: torch.Tensor | None, last: list[str], state_slot: int | None
+) -> list[Any]:
+    """The KV transfer and the Mamba transfer, as SGLang's Mamba component builds them:
+    one key (the last page's), ``TRAILING_PAGES``, one state slot (``None`` for a lookup)."""
+    from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+
+    mamba = PoolTransfer(
+        name=PoolName.MAMBA,
+        keys=list(last),
+        device_indices=None if state_slot is None else torch.tensor([state_slot], dtype=torch.int64),
+        hit_policy=PoolHitPolicy.TRAILING_PAGES,
+    )
+    return [*kv(page_keys, indices), mamba]
 
 
 def offloaded(linker: Any, n: int, timeout: float = 20.0) -> list[bool]:
@@ -384,6 +501,39 @@ def check_swa_windows(env: LinkerEnv) -> None:
     )
 
 
+def check_mamba_windows(env: LinkerEnv) -> None:
+    """A hybrid Mamba model: a restorable length needs the Mamba state stored at its last
+    page, so ``lookup`` is sparse; a load restores the KV pages and the state."""
+    model = f"org/mb-{uuid.uuid4().hex[:8]}"
+    mamba = {"FULL", "MAMBA"}
+    (src, src_req), (dst, dst_req) = mamba_pools("mla", 12), mamba_pools("mla")
+    writer = env.build(src, model, components=mamba, req_pool=src_req)
+    page_keys = keys(4)
+    # two nodes of two pages each: their KV pages, and each node's state under its last page
+    for node, state in ((0, 1), (1, 3)):
+        node_keys = page_keys[2 * node : 2 * node + 2]
+        assert writer.offload(kv_mamba(node_keys, slots(1 + 2 * node, 2), node_keys[-1:], state)) is True
+    assert offloaded(writer, 2) == [True, True], "a Mamba model's offload reported failure"
+    reader = env.build(dst, model, components=mamba, req_pool=dst_req)
+    got = reader.lookup("r", kv_mamba(page_keys, None, page_keys[-1:], None))
+    assert got == [2, 4], (
+        f"lookup must follow the Mamba window (TRAILING_PAGES, one page): with states stored at "
+        f"pages 2 and 4 only, the restorable lengths are [2, 4]; got {got}"
+    )
+    got = reader.lookup("r", kv_mamba(page_keys[:3], None, page_keys[2:3], None))
+    assert got == [2], f"a length without its Mamba state is not restorable (Mamba window); got {got}"
+    assert reader.load("r", kv_mamba(page_keys, slots(6, 4), page_keys[-1:], 5)) is True
+    index = reader.start_layer_wise_loading()
+    assert reader.finish_layer_wise_loading(index) is True, "a Mamba model's stored pages did not load"
+    full_src, full_dst = src.full_kv_pool, dst.full_kv_pool
+    assert [layer_bytes(full_dst, i, slots(6, 4)) for i in range(len(full_dst.kv_buffer))] == [
+        layer_bytes(full_src, i, slots(1, 4)) for i in range(len(full_src.kv_buffer))
+    ], "the full-attention pages loaded other bytes"
+    assert mamba_state_bytes(dst_req, 5) == mamba_state_bytes(src_req, 3), (
+        "the Mamba state loaded other bytes (want the state stored at the last page)"
+    )
+
+
 #: name -> check, in the order the suite runs them.
 CHECKS: dict[str, Callable[[LinkerEnv], None]] = {
     "lookup_lists_every_prefix": check_lookup_lists_every_prefix,
@@ -394,4 +544,5 @@ CHECKS: dict[str, Callable[[LinkerEnv], None]] = {
     "reset_and_close": check_reset_and_close,
     "mla_owner_rank_writes": check_mla_owner_rank_writes,
     "swa_windows": check_swa_windows,
+    "mamba_windows": check_mamba_windows,
 }

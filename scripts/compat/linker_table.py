@@ -28,7 +28,8 @@ layer by layer (`--enable-unified-cache-external-linker`; see [linker.md](linker
 row builds a linker through SGLang's own factory (`create_unified_cache_linker`) on SGLang's
 real CPU device pools and runs the linker contract (`hicache check NAME --engine
 sglang-linker`, [conformance.md](conformance.md)) against the real store. *certified*: every
-check passes; *fails*: a check fails (its reason); *refused*: the factory or the linker
+check passes; *passes*: the checks its reason names pass (the others build models the linker
+does not serve); *fails*: a check fails (its reason); *refused*: the factory or the linker
 refused the model (its reason).
 """
 
@@ -42,6 +43,14 @@ FINDINGS = {
         "`_PlainKvStrategy`, which it refuses at construction. So no linker SGLang ships serves a "
         "plain model; `TransportLinker` builds its view from the pool's per-layer buffers and does."
     ),
+    ("SGLang MooncakeDirectLinker", "passes"): (
+        "- **SGLang's own Mooncake linker serves the hybrid Mamba model.** On a `HybridLinearKVPool` "
+        "over an MLA pool with the `MambaPool` of SGLang's `HybridReqToTokenPool`, against the real "
+        "`mooncake_master`, it passes the contract's `mamba_windows` check. SGLang publishes the "
+        "runtime context this linker reads (`get_parallel()`, `get_memory()`, `get_model()`) from "
+        "full server arguments at start-up; the matrix stands in for the fields it reads (one TP "
+        "rank, no DCP, no unified memory, the model name)."
+    ),
     ("sglang-fs-linker 0.1.0", "refused"): (
         "- **`sglang-fs-linker` 0.1.0 no longer loads.** SGLang 0.5.23's factory requires every "
         "abstract method of `UnifiedCacheLinker`; 0.1.0's `FileSystemLinker` lacks "
@@ -51,11 +60,9 @@ FINDINGS = {
 
 #: Rows this table does not have yet, and why.
 NOT_YET = (
-    "- **Not in the table yet: SGLang's Mooncake linker on a hybrid model.** Its pool view needs a "
-    "`HybridLinearKVPool` over an MLA pool with a `MambaPool` and SGLang's hybrid request pool, "
-    "and the linker reads SGLang's runtime context (`get_parallel()`, `get_model()`, "
-    "`get_memory()`), which SGLang publishes from full server arguments at start-up; the matrix "
-    "does not build that context on CPU yet."
+    "- **Not in the table: SGLang's Mooncake linker on its other hybrid models.** The matrix "
+    "builds no DeepSeek V4 or DSA device pools, and the contract's Mamba check builds Mamba over "
+    "an MLA pool only (not Mamba + SWA)."
 )
 
 

@@ -35,6 +35,7 @@ def test_rows_and_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
                 "verdict": "refused",
                 "reason": "x",
             },
+            {"linker": "SGLang MooncakeDirectLinker", "store": "mamba", "verdict": "passes", "reason": "y"},
         ],
     }
     path = tmp_path / "run.json"
@@ -43,6 +44,7 @@ def test_rows_and_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     text = linker_table.render_linker()
     assert "| hicache-sdk TransportLinker | s3 | fails | a \\| b |" in text
     assert "refuses plain models" in text  # the refused SGLang row's finding
+    assert "serves the hybrid Mamba model" in text  # the passing one's
     assert "no longer loads" not in text  # no sglang-fs-linker row: no finding for it
     monkeypatch.setattr(linker_table, "RESULTS", tmp_path / "missing.json")
     assert "Not run yet" in linker_table.render_linker()

@@ -104,13 +104,15 @@ def build(
     model: str,
     components: set[Any] | None = None,
     module_class: tuple[str, str] | None = None,
+    req_pool: Any = None,
 ) -> Any:
-    """A linker built by SGLang's own factory over ``pool``."""
+    """A linker built by SGLang's own factory over ``pool`` (``req_pool``: the request
+    pool, which holds a hybrid Mamba model's state)."""
     if module_class is not None:
         config = {**config, "linker_module_path": module_class[0], "linker": module_class[1]}
     params = CacheInitParams(
         disable=False,
-        req_to_token_pool=None,
+        req_to_token_pool=req_pool,
         token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: pool),
         page_size=PAGE_SIZE,
     )

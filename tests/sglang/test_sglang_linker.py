@@ -170,7 +170,9 @@ def test_factory_refusals(tmp_path: Path) -> None:
     """Misconfiguration fails at construction, with the reason (the file backend only)."""
     pool = device_pool("mha")
     good = linker_config("file", {"root": str(tmp_path)})
-    with pytest.raises(ConfigError, match="unsupported components: \\['MAMBA'\\]"):
+    with pytest.raises(ConfigError, match="unsupported components: \\['C128'\\]"):
+        build(pool, good, model="m", components={ComponentType.FULL, ComponentType.SWA, ComponentType.C128})
+    with pytest.raises(ConfigError, match=r"needs a hybrid linear-attention pool .* got MHATokenToKVPool"):
         build(pool, good, model="m", components={ComponentType.FULL, ComponentType.MAMBA})
     with pytest.raises(
         ConfigError, match="needs an SWA pool with full_kv_pool and swa_kv_pool, got MHATokenToKVPool"
@@ -456,7 +458,7 @@ def test_swa_model_windows_lookup_load_and_offload(tmp_path: Path) -> None:
             assert reader.lookup("o", swa_transfers(other, None, other[1:], None)) == [2]
         finally:
             ringed.close()
-        with pytest.raises(ConfigError, match="an SWA model loads its pools page by page"):
+        with pytest.raises(ConfigError, match="an SWA or Mamba model loads its pools page by page"):
             build(
                 swa_pool(), linker_config("file", cfg, ranged_reads=True), model=model, components=components
             )
@@ -561,3 +563,186 @@ def test_swa_linker_pages_are_hicache_pages(tmp_path: Path) -> None:
     finally:
         linker.close()
         bridge.close()
+
+
+def test_mamba_models_lookup_load_and_offload(tmp_path: Path) -> None:
+    """Hybrid Mamba models (SGLang's ``HybridLinearKVPool`` and the ``MambaPool`` of its
+    ``HybridReqToTokenPool``): over an MHA full pool (SGLang's own view builder refuses it)
+    and with an SWA pool too. Each node's state is stored under its last page, so
+    ``lookup`` is sparse; a load restores the KV pages and the state slot; through the
+    staging ring too; the layer counter spans every layer and is the request pool's."""
+    from hicache_conformance.linker_contract import kv_mamba, mamba_pools, mamba_state_bytes
+
+    cfg = {"root": str(tmp_path)}
+    components = {ComponentType.FULL, ComponentType.MAMBA}
+    model = f"org/mamba-{uuid.uuid4().hex[:8]}"
+    (src, src_req), (dst, dst_req) = mamba_pools("mha", 71), mamba_pools("mha")
+    writer = build(src, linker_config("file", cfg), model=model, components=components, req_pool=src_req)
+    reader = build(
+        dst,
+        linker_config("file", cfg, staging=True, staging_pages=1),
+        model=model,
+        components=components,
+        req_pool=dst_req,
+    )
+    try:
+        assert "mha+mamba" in repr(writer) and writer.num_layers == 3 and writer._ranged is None
+        assert dst_req.layer_transfer_counter is reader.layer_done_counter and reader.mamba_ring is not None
+        keys = page_keys(4)
+        for node, state in ((0, 2), (1, 6)):
+            node_keys = keys[2 * node : 2 * node + 2]
+            assert writer.offload(kv_mamba(node_keys, slots(1 + 2 * node, 2), node_keys[-1:], state)) is True
+        assert wait_offloads(writer, 2) == [True, True]
+        assert reader.lookup("r", kv_mamba(keys, None, keys[-1:], None)) == [2, 4]
+        assert reader.lookup("r", transfer(keys, None)) == [1, 2, 3, 4]  # KV alone: every length
+        blank = mamba_state_bytes(dst_req, 4)
+        assert reader.load("r", kv_mamba(keys[:2], slots(8, 2), keys[1:2], 4)) is True
+        assert mamba_state_bytes(dst_req, 4) == blank  # only queued
+        assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
+        assert mamba_state_bytes(dst_req, 4) == mamba_state_bytes(src_req, 2)
+        full_src, full_dst = src.full_kv_pool, dst.full_kv_pool
+        assert sub_bytes(full_dst, slots(8, 2)) == sub_bytes(full_src, slots(1, 2))
+        # a length whose state is missing fails the batch (the store holds no state at page 3)
+        assert reader.load("m", kv_mamba(keys[:3], slots(10, 3), keys[2:3], 5)) is True
+        assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is False
+        from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
+
+        bad = PoolTransfer(name=PoolName.MAMBA, keys=keys[:1], device_indices=torch.tensor([1, 2]))
+        with pytest.raises(ValueError, match="2 device indices for 1 pages of the mamba pool of 1 slots"):
+            reader.load("x", [*transfer(keys[:1], slots(8, 1)), bad])
+        # an offload through the ring reads back without it
+        other = page_keys(2)
+        assert reader.offload(kv_mamba(other, slots(8, 2), other[1:], 4)) is True
+        assert wait_offloads(reader, 1) == [True]
+        assert writer.lookup("o", kv_mamba(other, None, other[1:], None)) == [2]
+    finally:
+        writer.close()
+        reader.close()
+
+    # Mamba + SWA: three pools, one offload result, one load
+    swa_components = {ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA}
+    (src, src_req), (dst, dst_req) = mamba_pools("mha", 72, swa=True), mamba_pools("mha", swa=True)
+    writer = build(src, linker_config("file", cfg), model=model, components=swa_components, req_pool=src_req)
+    reader = build(dst, linker_config("file", cfg), model=model, components=swa_components, req_pool=dst_req)
+    try:
+        assert "mha+swa+mamba" in repr(writer) and writer.num_layers == 3
+        keys = page_keys(2)
+        from sglang_linker_stand import swa_transfers
+
+        both = swa_transfers(keys, slots(1, 2), keys[1:], slots(3, 1))
+        assert writer.offload([*both, kv_mamba(keys, None, keys[1:], 7)[1]]) is True
+        assert wait_offloads(writer, 1) == [True]
+        look = swa_transfers(keys, None, keys[1:], None)
+        assert reader.lookup("r", [*look, kv_mamba(keys, None, keys[1:], None)[1]]) == [2]
+        assert (
+            reader.lookup(
+                "r",
+                [*swa_transfers(keys[:1], None, keys[:1], None), kv_mamba(keys[:1], None, keys[:1], None)[1]],
+            )
+            == []
+        )
+        load = swa_transfers(keys, slots(5, 2), keys[1:], slots(2, 1))
+        assert reader.load("r", [*load, kv_mamba(keys, None, keys[1:], 3)[1]]) is True
+        assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
+        assert mamba_state_bytes(dst_req, 3) == mamba_state_bytes(src_req, 7)
+        assert sub_bytes(dst.full_kv_pool, slots(5, 2)) == sub_bytes(src.full_kv_pool, slots(1, 2))
+        assert sub_bytes(dst.swa_kv_pool, slots(2, 1)) == sub_bytes(src.swa_kv_pool, slots(3, 1))
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_mamba_refusals(tmp_path: Path) -> None:
+    """A hybrid Mamba pool without the MAMBA component, and state SGLang keeps beside the
+    Mamba pool that the linker would not move, are refused at construction, named."""
+    from hicache_conformance.linker_contract import mamba_pools
+
+    good = linker_config("file", {"root": str(tmp_path)})
+    kvcache, req_pool = mamba_pools("mla")
+    with pytest.raises(ConfigError, match="hybrid linear-attention pool, but the linker was built without"):
+        build(kvcache, good, model="m", req_pool=req_pool)
+    mamba = {ComponentType.FULL, ComponentType.MAMBA}
+    with pytest.raises(ConfigError, match="needs SGLang's hybrid request pool with a mamba_pool"):
+        build(kvcache, good, model="m", components=mamba)
+    req_pool.mamba_ckpt_pool = object()
+    with pytest.raises(ConfigError, match="an int8 Mamba checkpoint pool"):
+        build(kvcache, good, model="m", components=mamba, req_pool=req_pool)
+    req_pool.mamba_ckpt_pool = None
+
+    class _VirtualSlots(type(req_pool)):  # type: ignore[misc]
+        def translate_mamba_indices(self, mamba_indices: torch.Tensor) -> torch.Tensor:
+            return mamba_indices + 1
+
+    req_pool.__class__ = _VirtualSlots
+    with pytest.raises(ConfigError, match="translates Mamba slot ids"):
+        build(kvcache, good, model="m", components=mamba, req_pool=req_pool)
+
+
+def sub_bytes(pool: Any, slots_: torch.Tensor) -> list[bytes]:
+    """Every layer's bytes of ``slots_`` in one MHA or MLA (sub-)pool."""
+    n = len(pool.k_buffer) if hasattr(pool, "k_buffer") else len(pool.kv_buffer)
+    return [layer_bytes(pool, layer, slots_) for layer in range(n)]
+
+
+def test_mamba_pages_are_not_hicache_pages() -> None:
+    """docs/linker.md: the linker's Mamba page holds the bytes of SGLang's ``page_first``
+    ``MambaPoolHost`` page, in the same order, but is segmented per layer and state (the
+    device pool keeps layers apart), so its layout identity differs: not a HiCache hit."""
+    import ctypes
+
+    from sglang_pools import mamba_pool as host_mamba_pool
+
+    from hicache_sdk.bench.linker import fill_buffers
+    from hicache_sdk.hostpool.describe import describe_pool, page_segments
+    from hicache_sdk.sglang.linker.view import DeviceMambaView
+
+    host = host_mamba_pool()
+    info = host.buffer_info  # the device state tensors the host pool mirrors
+    fill_buffers([info.temporal, *info.conv], 81)
+    view = DeviceMambaView(info.temporal, info.conv)
+    ours, theirs = describe_pool(view, "mamba"), describe_pool(host, "mamba")
+    assert ours.kind == theirs.kind == "mamba" and ours.page_bytes == theirs.page_bytes
+    assert len(ours.segment_sizes) == info.temporal.shape[0] * len(theirs.segment_sizes)
+    assert ours.fingerprint() != theirs.fingerprint()
+    flat = b"".join(ctypes.string_at(a, n) for a, n in page_segments(view, ours, [3])[0])
+    host.set_from_flat_data_page(5, torch.frombuffer(bytearray(flat), dtype=torch.uint8))
+
+    def raw(t: torch.Tensor) -> bytes:
+        return bytes(t.contiguous().view(torch.uint8).numpy())
+
+    assert raw(host.temporal_buffer[5][:, 0]) == raw(info.temporal[:, 3])
+    for h, d in zip(host.conv_buffer, info.conv):
+        assert raw(h[5][:, 0]) == raw(d[:, 3])
+
+
+def test_mamba_state_is_written_by_every_rank_beside_mla_pages(tmp_path: Path) -> None:
+    """Mamba over MLA at TP 2: the MLA pages are rank 0's to write, the Mamba state is
+    rank-local, so each rank stores its own (and a length needs this rank's state)."""
+    from hicache_conformance.linker_contract import kv_mamba, mamba_pools
+
+    cfg = {"root": str(tmp_path)}
+    components = {ComponentType.FULL, ComponentType.MAMBA}
+    model = f"org/mamba-tp-{uuid.uuid4().hex[:8]}"
+    linkers = []
+    try:
+        for rank in (1, 0):
+            kvcache, req_pool = mamba_pools("mla", 90 + rank)
+            config = linker_config("file", cfg, tp_rank=rank, tp_size=2)
+            linkers.append(build(kvcache, config, model=model, components=components, req_pool=req_pool))
+        rank1, rank0 = linkers
+        keys = page_keys(2)
+        assert rank1.offload(kv_mamba(keys, slots(1, 2), keys[1:], 2)) is True
+        assert wait_offloads(rank1, 1) == [True]
+        assert rank0.lookup("r", transfer(keys, None)) == []  # rank 1 wrote no MLA page
+        assert rank0.offload(kv_mamba(keys, slots(1, 2), keys[1:], 2)) is True
+        assert wait_offloads(rank0, 1) == [True]
+        for linker in linkers:
+            assert linker.lookup("r", kv_mamba(keys, None, keys[1:], None)) == [2]
+        other = page_keys(2)
+        assert rank0.offload(kv_mamba(other, slots(3, 2), other[1:], 3)) is True
+        assert wait_offloads(rank0, 1) == [True]
+        assert rank1.lookup("r", transfer(other, None)) == [1, 2]  # rank 0's MLA pages
+        assert rank1.lookup("r", kv_mamba(other, None, other[1:], None)) == []  # but not its state
+    finally:
+        for linker in linkers:
+            linker.close()

@@ -83,6 +83,13 @@ class IgnoresSwaWindow(TransportLinker):
         return super().lookup(rid, [t for t in transfers if str(getattr(t.name, "value", t.name)) == "kv"])
 
 
+class IgnoresMambaWindow(TransportLinker):
+    """Answers ``lookup`` without the Mamba transfer, as if every KV page had its state."""
+
+    def lookup(self, rid: str, transfers: list[Any]) -> list[int]:
+        return super().lookup(rid, [t for t in transfers if str(getattr(t.name, "value", t.name)) != "mamba"])
+
+
 #: class name -> (class, the check it must fail, a fragment of the failure's reason)
 BROKEN_LINKERS: dict[str, tuple[type[TransportLinker], str, str]] = {
     "CompletesLayersEarly": (
@@ -100,4 +107,5 @@ BROKEN_LINKERS: dict[str, tuple[type[TransportLinker], str, str]] = {
     "EveryMlaRankWrites": (EveryMlaRankWrites, "mla_owner_rank_writes", "non-owner rank wrote"),
     "LongestPrefixOnly": (LongestPrefixOnly, "lookup_lists_every_prefix", "every restorable prefix"),
     "IgnoresSwaWindow": (IgnoresSwaWindow, "swa_windows", "SWA window"),
+    "IgnoresMambaWindow": (IgnoresMambaWindow, "mamba_windows", "Mamba window"),
 }

@@ -29,21 +29,29 @@ are the backend's own, once:
 Rules: ``load`` and ``offload`` only queue (they validate their arguments and raise
 ``ValueError`` for bad ones); nothing touches device memory before
 ``start_layer_wise_loading``; ``cancel_queued_load`` before the start drops the load; MLA
-pages are written by TP rank 0 only (``offload`` on another rank stores nothing and
+pages are written by TP rank 0 only (``offload`` on another rank stores none of them and
 reports success, as SGLang's Mooncake linker does); ``reset`` waits for every queued load
 and offload and drops queued loads and unconsumed results; ``close`` is idempotent.
 
-Scope: plain MHA and MLA models (the ``FULL`` component), and SWA models (``FULL`` and
-``SWA``: an ``SWAKVPool`` whose full and SWA sub-pools are plain MHA or MLA pools). SGLang's
-own view builder refuses both kinds, so the views are built from the pools' public buffers.
-For an SWA model the backend holds two pools, ``kv`` (every page of the full-attention
-layers) and ``swa`` (the SWA layers' pages of the trailing window, SGLang's
-``TRAILING_PAGES`` rule): ``lookup`` is the same ``batch_exists_v2`` fold over both, so its
-set of restorable lengths is sparse (a length needs its window's SWA pages); a load reads
-both pools' pages whole and then completes every layer; an offload stores both pools'
-pages, atomically as one result. Other components (Mamba, ...) are refused at construction
-with a ``ConfigError`` naming them. CPU device pools are read and written in place; other
-device pools (CUDA) go through a host staging ring per pool (:mod:`.staging`).
+Scope: plain MHA and MLA models (the ``FULL`` component); SWA models (``FULL`` and ``SWA``:
+an ``SWAKVPool`` whose full and SWA sub-pools are plain MHA or MLA pools); and hybrid Mamba
+models (``FULL`` and ``MAMBA``: a ``HybridLinearKVPool`` over a plain MHA or MLA pool, with
+the ``MambaPool`` of SGLang's ``HybridReqToTokenPool``; and ``FULL``, ``SWA`` and ``MAMBA``).
+SGLang's own view builder refuses plain and SWA-only models, and Mamba over an MHA pool, so
+every view is built from the pools' public buffers (:mod:`.view`). Beside ``kv`` the backend
+holds the pools ``swa`` (the SWA layers' pages of the trailing window, SGLang's
+``TRAILING_PAGES`` rule) and ``mamba`` (one state slot a page, stored under the last page
+of each node: ``TRAILING_PAGES`` with a window of one page), as the HiCache path names them.
+``lookup`` is the same ``batch_exists_v2`` fold over every pool, so its set of restorable
+lengths is sparse (a length needs its window's SWA pages and its Mamba state); a load reads
+every pool's pages whole and then completes every layer (the layer counter spans the
+stage's layers, and is registered with the request pool, where the Mamba layers wait); an
+offload stores every pool's pages, atomically as one result (the Mamba state is rank-local:
+every rank writes it, also beside MLA pages). Other components (``C128``, ...), and pools
+holding state the views would not move (scaled KV caches, Mamba side states), are refused
+at construction with a ``ConfigError`` naming them. CPU device pools are read and written
+in place; other device pools (CUDA) go through a host staging ring per pool
+(:mod:`.staging`).
 """
 
 from __future__ import annotations
@@ -61,7 +69,7 @@ from ...spec import HiCacheStorageExtraInfo, PoolName, PoolTransfer, pool_name_s
 from .layerwise import RangedLoader, ranged_reads_usable
 from .setup import LinkerSettings, model_name_of, rank_of
 from .staging import StagingRing
-from .view import DeviceKVView
+from .view import DeviceKVView, DeviceMambaView
 
 if TYPE_CHECKING:
 
@@ -83,8 +91,9 @@ log = logging.getLogger(__name__)
 
 _KV = PoolName.KV.value
 _SWA = PoolName.SWA.value
+_MAMBA = PoolName.MAMBA.value
 #: The components TransportLinker serves (SGLang's ``ComponentType`` names).
-SUPPORTED_COMPONENTS = ("FULL", "SWA")
+SUPPORTED_COMPONENTS = ("FULL", "SWA", "MAMBA")
 
 
 class LinkerLoadError(RuntimeError):
@@ -124,44 +133,78 @@ class TransportLinker(_Base):
         unsupported = [n for n in names if n not in SUPPORTED_COMPONENTS]
         if unsupported:
             raise ConfigError(
-                "TransportLinker serves the FULL component (plain MHA and MLA models) and FULL + SWA "
-                f"(SWA models); unsupported components: {unsupported}"
+                "TransportLinker serves the FULL component (plain MHA and MLA models), FULL + SWA "
+                "(SWA models), FULL + MAMBA and FULL + SWA + MAMBA (hybrid Mamba models); "
+                f"unsupported components: {unsupported}"
             )
         self.page_size = int(params.page_size)
         kvcache = params.token_to_kv_pool_allocator.get_kvcache()
         self.swa_view: DeviceKVView | None = None
+        self.mamba_view: DeviceMambaView | None = None
         if "SWA" in names:
             full, swa = self._swa_pools(kvcache)
             self.view = DeviceKVView(full, self.page_size)
             self.swa_view = DeviceKVView(swa, self.page_size, kind="swa")
             self.num_layers = int(kvcache.layer_num)
+        elif "MAMBA" in names:
+            self.view = DeviceKVView(self._mamba_full_pool(kvcache), self.page_size)
+            self.num_layers = self.view.layer_num
         else:
             if hasattr(kvcache, "swa_kv_pool"):
                 raise ConfigError(
                     f"{type(kvcache).__name__} holds an SWA pool, but the linker was built without "
                     "the SWA component"
                 )
+            if hasattr(kvcache, "full_attention_layer_id_mapping"):
+                raise ConfigError(
+                    f"{type(kvcache).__name__} is a hybrid linear-attention pool, but the linker was "
+                    "built without the MAMBA component"
+                )
             self.view = DeviceKVView(kvcache, self.page_size)
             self.num_layers = self.view.layer_num
+        if "MAMBA" in names:
+            self.mamba_view = self._mamba_view(params.req_to_token_pool)
+            self.num_layers = self._hybrid_layer_count(kvcache, params.req_to_token_pool)
         self.ring = self._staging_ring(kvcache, self.view)
         self.swa_ring = (
             self._staging_ring(kvcache, self.swa_view, PoolName.SWA) if self.swa_view is not None else None
         )
-        self._views: dict[str, DeviceKVView] = {_KV: self.view}
+        self.mamba_ring = (
+            self._staging_ring(kvcache, self.mamba_view, PoolName.MAMBA)
+            if self.mamba_view is not None
+            else None
+        )
+        self._views: dict[str, Any] = {_KV: self.view}
         if self.swa_view is not None:
             self._views[_SWA] = self.swa_view
+        if self.mamba_view is not None:
+            self._views[_MAMBA] = self.mamba_view
+        #: the pools beside KV (SWA, Mamba): such a model loads whole pages, then every layer
+        self.hybrid = len(self._views) > 1
         self.tp_rank, self.tp_size = rank_of(self.settings, server_args, params)
         self.mla = self.view.hicache_pool_kind == "mla"
-        self.offload_owner = not self.mla or self.tp_rank == 0
+        # MLA KV pages are written by TP rank 0 only; a rank-sharded pool beside them (Mamba
+        # state) by every rank (the backend skips the rank-replicated pools on other ranks)
+        self.offload_owner = not self.mla or self.tp_rank == 0 or self.mamba_view is not None
         self.store = self._build_store(server_args, params)
-        if self.swa_view is not None and self.settings.ranged_reads:
+        if self.hybrid and self.settings.ranged_reads:
             self.store.close()
-            raise ConfigError("ranged_reads: an SWA model loads its pools page by page, not layer by layer")
-        self._ranged = self._ranged_loader() if self.ring is None and self.swa_view is None else None
-        self.pools: dict[Any, DeviceKVView] = {PoolName.KV: self.view}
+            raise ConfigError(
+                "ranged_reads: an SWA or Mamba model loads its pools page by page, not layer by layer"
+            )
+        self._ranged = self._ranged_loader() if self.ring is None and not self.hybrid else None
+        self.pools: dict[Any, Any] = {PoolName.KV: self.view}
         if self.swa_view is not None:
             self.pools[PoolName.SWA] = self.swa_view
+        if self.mamba_view is not None:
+            self.pools[PoolName.MAMBA] = self.mamba_view
         self.layer_done_counter = LayerWiseLoadCounter(self.num_layers)
+        if self.mamba_view is not None:
+            # the Mamba layers wait on the counter through the request pool, as SGLang's
+            # Mooncake linker sets it up
+            register = getattr(params.req_to_token_pool, "register_layer_transfer_counter", None)
+            if callable(register):
+                register(self.layer_done_counter)
         self._pending: dict[str, dict[str, _Batch]] = {}
         self._lock = threading.Lock()
         self._loads: queue.Queue[tuple[int, list[dict[str, _Batch]], Any] | None] = queue.Queue()
@@ -192,7 +235,76 @@ class TransportLinker(_Base):
             raise ConfigError(f"{name}: no layers_mapping covering its {layer_num!r} layers")
         return full, swa
 
-    def _staging_ring(self, kvcache: Any, view: DeviceKVView, name: Any = PoolName.KV) -> StagingRing | None:
+    @staticmethod
+    def _mamba_full_pool(kvcache: Any) -> Any:
+        """The full-attention pool of a hybrid Mamba model's ``HybridLinearKVPool``;
+        ``ConfigError`` for any other pool."""
+        full = getattr(kvcache, "full_kv_pool", None)
+        if full is None or not isinstance(getattr(kvcache, "full_attention_layer_id_mapping", None), dict):
+            raise ConfigError(
+                "the MAMBA component needs a hybrid linear-attention pool (HybridLinearKVPool: "
+                f"full_kv_pool and full_attention_layer_id_mapping), got {type(kvcache).__name__}"
+            )
+        if getattr(kvcache, "use_dsa", False):
+            raise ConfigError(
+                f"{type(kvcache).__name__}: a DSA full-attention pool (an indexer beside the KV): "
+                "TransportLinker serves Mamba models over plain MHA or MLA pools"
+            )
+        return full
+
+    @staticmethod
+    def _mamba_view(req_to_token_pool: Any) -> DeviceMambaView:
+        """The view of a hybrid Mamba model's state pool (``req_to_token_pool.mamba_pool``);
+        ``ConfigError`` for the state SGLang keeps beside it that the view would not move
+        (int8 checkpoints, side states), as SGLang's own linker refuses them."""
+        mamba = getattr(req_to_token_pool, "mamba_pool", None)
+        cache = getattr(mamba, "mamba_cache", None)
+        if cache is None:
+            raise ConfigError(
+                "the MAMBA component needs SGLang's hybrid request pool with a mamba_pool "
+                f"(HybridReqToTokenPool), got {type(req_to_token_pool).__name__}"
+            )
+        extra = []
+        if getattr(req_to_token_pool, "mamba_ckpt_pool", None) is not None:
+            extra.append("an int8 Mamba checkpoint pool")
+        for attr in ("short_conv_pool", "ngram_pool"):
+            if getattr(getattr(req_to_token_pool, attr, None), "enabled", False):
+                extra.append(f"a {attr}")
+        if getattr(mamba, "_slot_siblings", ()):
+            extra.append("slot side states")
+        if extra:
+            raise ConfigError(
+                f"{type(mamba).__name__} keeps state beside its conv and temporal states "
+                f"({', '.join(extra)}): TransportLinker serves plain Mamba state pools"
+            )
+        from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
+
+        translate = getattr(type(req_to_token_pool), "translate_mamba_indices", None)
+        if translate is not None and translate is not HybridReqToTokenPool.translate_mamba_indices:
+            raise ConfigError(
+                f"{type(req_to_token_pool).__name__} translates Mamba slot ids (virtual slots: "
+                "--enable-unified-memory): TransportLinker serves Mamba pools whose slot ids are rows"
+            )
+        return DeviceMambaView(cache.temporal, cache.conv, name=type(mamba).__name__)
+
+    @staticmethod
+    def _hybrid_layer_count(kvcache: Any, req_to_token_pool: Any) -> int:
+        """The layers of a hybrid Mamba model on this stage (the layer counter's range):
+        the full-attention (and SWA) layers and the Mamba layers, stage-local."""
+        start = int(getattr(kvcache, "start_layer", 0) or 0)
+        ids: list[int] = []
+        for mapping in (
+            getattr(kvcache, "full_attention_layer_id_mapping", None),
+            getattr(kvcache, "layers_mapping", None),
+            getattr(req_to_token_pool, "mamba_map", None),
+        ):
+            if isinstance(mapping, dict):
+                ids.extend(int(layer) - start for layer in mapping)
+        if not ids:
+            raise ConfigError(f"{type(kvcache).__name__}: no layer mapping to count the model's layers")
+        return max(ids) + 1
+
+    def _staging_ring(self, kvcache: Any, view: Any, name: Any = PoolName.KV) -> StagingRing | None:
         """The host staging ring when pages must go through host memory: always for a
         pool a transport cannot address (not on the CPU), or when ``staging`` asks."""
         wanted = self.settings.staging
@@ -229,6 +341,9 @@ class TransportLinker(_Base):
             if self.swa_view is not None:
                 swa_host = self.swa_ring.mirror if self.swa_ring is not None else self.swa_view
                 store.register_mem_host_pool_v2(swa_host, PoolName.SWA)
+            if self.mamba_view is not None:
+                mamba_host = self.mamba_ring.mirror if self.mamba_ring is not None else self.mamba_view
+                store.register_mem_host_pool_v2(mamba_host, PoolName.MAMBA)
         except BaseException:
             store.close()
             raise
@@ -287,15 +402,16 @@ class TransportLinker(_Base):
         if not isinstance(indices, torch.Tensor):
             raise ValueError(f"{op}: the {name} transfer has no device_indices tensor")
         indices = indices.detach().to(device="cpu", dtype=torch.int64).flatten()
-        if indices.numel() != len(keys) * self.page_size:
+        view = self._views[name]
+        if indices.numel() != len(keys) * view.page_size:
+            where = "" if name == _KV else f" of the {name} pool"
             raise ValueError(
-                f"{op}: {indices.numel()} device indices for {len(keys)} pages of {self.page_size} slots"
+                f"{op}: {indices.numel()} device indices for {len(keys)} pages{where} of {view.page_size} slots"
             )
         from ...hostpool.describe import page_starts
 
-        view = self._views[name]
         arg = f"{op}: device_indices" if name == _KV else f"{op}: {name} device_indices"
-        page_starts(indices, self.page_size, view.size, arg=arg)
+        page_starts(indices, view.page_size, view.size, arg=arg)
         return _Batch(keys, indices)
 
     @staticmethod
@@ -395,7 +511,7 @@ class TransportLinker(_Base):
         counter = self.layer_done_counter
         try:
             ready.synchronize()
-            if self.swa_view is not None:
+            if self.hybrid:
                 self._load_pools(index, loads)
                 return
             batches = [b[_KV] for b in loads]
@@ -423,7 +539,8 @@ class TransportLinker(_Base):
                 pass
 
     def _load_pools(self, index: int, loads: list[dict[str, _Batch]]) -> None:
-        """An SWA model's batch: every pool's pages whole, then every layer completes."""
+        """An SWA or Mamba model's batch: every pool's pages whole, then every layer
+        completes."""
         counter = self.layer_done_counter
         per_pool: dict[str, list[_Batch]] = {}
         for load in loads:
@@ -431,8 +548,7 @@ class TransportLinker(_Base):
                 per_pool.setdefault(name, []).append(b)
         if self.ring is not None:
             for name, batches in per_pool.items():
-                ring = self.ring if name == _KV else self.swa_ring
-                assert ring is not None
+                ring = self._ring_of(name)
                 rows = torch.cat([b.indices for b in batches])
                 ring.load(
                     self.store, counter, index, [k for b in batches for k in b.keys], rows, complete=False
@@ -447,6 +563,11 @@ class TransportLinker(_Base):
         for layer in range(self.num_layers):  # every pool's bytes are in the device pools
             counter.complete(index, layer)
 
+    def _ring_of(self, name: str) -> StagingRing:
+        ring = {_KV: self.ring, _SWA: self.swa_ring, _MAMBA: self.mamba_ring}[name]
+        assert ring is not None
+        return ring
+
     # -- offloads ----------------------------------------------------------------------------
     def offload(self, transfers: list[Any], session_id: Optional[str] = None) -> bool:
         """Queue the pages for storage after the ``record_offload_ready`` events; one
@@ -455,7 +576,7 @@ class TransportLinker(_Base):
         batch = self._batches(transfers, "offload")
         if batch is None or self._closed:
             return False
-        if not self.offload_owner:  # MLA: another rank holds the same bytes and writes them
+        if not self.offload_owner:  # MLA alone: another rank holds the same bytes and writes them
             self._results.put(True)
             return True
         self._offloads.put((batch, list(self.record_offload_ready()), session_id))
@@ -479,8 +600,7 @@ class TransportLinker(_Base):
             info = HiCacheStorageExtraInfo(extra_info={"session_id": session_id}) if session_id else None
             if self.ring is not None:
                 for name, b in batch.items():
-                    ring = self.ring if name == _KV else self.swa_ring
-                    assert ring is not None
+                    ring = self._ring_of(name)
                     if not ring.offload(self.store, b.keys, b.indices, info):
                         return False
                 return True
@@ -530,7 +650,7 @@ class TransportLinker(_Base):
         self.store.close()
 
     def __repr__(self) -> str:
-        kind = self.view.hicache_pool_kind + ("+swa" if self.swa_view is not None else "")
+        kind = self.view.hicache_pool_kind + "".join(f"+{name}" for name in self._views if name != _KV)
         return (
             f"TransportLinker(backend={self.settings.backend!r}, kind={kind!r}, "
             f"layers={self.num_layers}, tp_rank={self.tp_rank}/{self.tp_size})"

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from ...spec import PoolName, PoolTransfer
-from .view import DeviceKVView
+from .view import DeviceKVView, DeviceMambaView
 
 __all__ = ["StagingRing"]
 
@@ -59,9 +59,12 @@ class _Mirror:
 
 class StagingRing:
     """See the module docs. ``pages``: pages per half of the ring (>= 1); ``name``: the
-    backend pool the ring is registered as (the KV pool, or the SWA pool of an SWA model)."""
+    backend pool the ring is registered as (the KV pool, or the SWA or Mamba pool of a
+    hybrid model)."""
 
-    def __init__(self, pool: Any, view: DeviceKVView, pages: int, name: Any = PoolName.KV) -> None:
+    def __init__(
+        self, pool: Any, view: DeviceKVView | DeviceMambaView, pages: int, name: Any = PoolName.KV
+    ) -> None:
         if pages < 1:
             raise ValueError(f"staging_pages must be >= 1, got {pages}")
         self.device_view = view
@@ -69,11 +72,14 @@ class StagingRing:
         self.pages = pages
         self.page_size = view.page_size
         cuda = view.device.type == "cuda"
-        self.mirror = DeviceKVView(
-            _Mirror(pool, view, 2 * pages * view.page_size, pin=cuda),
-            view.page_size,
-            kind=view.hicache_pool_kind,
-        )
+        rows = 2 * pages * view.page_size
+        self.mirror: Any
+        if isinstance(view, DeviceKVView):
+            self.mirror = DeviceKVView(
+                _Mirror(pool, view, rows, pin=cuda), view.page_size, kind=view.hicache_pool_kind
+            )
+        else:  # a Mamba state view: one slot a page
+            self.mirror = view.host_mirror(rows, pin=cuda)
         self.stream = torch.cuda.Stream(device=view.device) if cuda else None  # type: ignore[no-untyped-call]
 
     def _rows(self, half: int, n_pages: int) -> torch.Tensor:

@@ -23,7 +23,7 @@ import torch
 
 from ...errors import ConfigError
 
-__all__ = ["DeviceKVView", "layer_groups", "layer_ranges"]
+__all__ = ["DeviceKVView", "DeviceMambaView", "layer_groups", "layer_ranges"]
 
 #: Buffers a pool may hold beside its per-layer KV that the view would not move: their
 #: pools are refused rather than restored without them.
@@ -131,6 +131,95 @@ class DeviceKVView:
                     ptrs.append(base + s * rb)
                     sizes.append(rb * self.page_size)
         return ptrs, sizes
+
+
+class DeviceMambaView:
+    """A host-pool view over the state buffers of a device ``MambaPool`` (its
+    ``mamba_cache.temporal`` and ``mamba_cache.conv``: ``(layers, slots, *state)`` tensors),
+    as the backend's ``mamba`` pool: page size 1 (one state slot a page, as SGLang's
+    ``MambaPoolHost``), ``hicache_pool_kind = "mamba"``.
+
+    A page is one slot's per-layer state rows: the temporal state of every layer, then each
+    conv state of every layer (a conv-only model's empty temporal state is left out). Their
+    concatenation is the byte order of SGLang's ``page_first`` ``MambaPoolHost`` page, but
+    the segmentation (one segment per layer and state, the device pool holds each layer
+    apart) is not, so the layout identity differs. ``ConfigError`` for state buffers the
+    view cannot address row by row (a per-layer slot row that is not contiguous: the
+    envelope layout, or the CPU AMX conv layout)."""
+
+    hicache_pool_kind = "mamba"
+    buffer_kind = "mamba"
+    layout = "layer_first"
+    page_size = 1
+
+    def __init__(self, temporal: torch.Tensor, conv: Any, *, name: str = "MambaPool") -> None:
+        if not isinstance(temporal, torch.Tensor) or temporal.dim() < 2:
+            raise ConfigError(f"{name}: the temporal state must be a (layers, slots, ...) tensor")
+        convs = list(conv) if isinstance(conv, (list, tuple)) else []
+        if not convs or not all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in convs):
+            raise ConfigError(
+                f"{name}: the conv states must be a non-empty list of (layers, slots, ...) tensors"
+            )
+        states = [t for t in (temporal, *convs) if t.numel() > 0]
+        layers = {t.shape[0] for t in (temporal, *convs)}
+        if len(layers) != 1:
+            raise ConfigError(f"{name}: state tensors with different layer counts {sorted(layers)}")
+        devices = {t.device.type for t in states}
+        if len(devices) != 1:
+            raise ConfigError(f"{name}: state buffers on several devices {sorted(devices)}")
+        self.device = states[0].device
+        self.num_mamba_layers = int(temporal.shape[0])
+        if not all(t[layer].is_contiguous() for t in states for layer in range(self.num_mamba_layers)):
+            raise ConfigError(
+                f"{name}: a layer's state rows are not contiguous (an envelope or AMX state layout): "
+                "TransportLinker serves Mamba pools with plain (layers, slots, ...) state tensors"
+            )
+        self.temporal, self.conv = temporal, convs
+        self.size = min(t.shape[1] for t in states)
+        self.temporal_state_shape = tuple(temporal.shape[2:])
+        self.conv_state_shapes = [tuple(t.shape[2:]) for t in convs]
+        self.temporal_dtype = temporal.dtype
+        self.conv_dtype = convs[0].dtype
+        self.dtype = self.conv_dtype
+        #: per layer, that layer's state tensors (slots on dim 0), for the staging ring
+        self.layers: list[tuple[torch.Tensor, ...]] = [
+            tuple(t[layer] for t in states) for layer in range(self.num_mamba_layers)
+        ]
+        #: what the transport registers (every state tensor, whole)
+        self.kv_buffer = states
+        # segment order: state-major (temporal layers, then each conv state's layers)
+        self._segments = [
+            (t[layer].data_ptr(), t[layer].stride(0) * t.element_size())
+            for t in states
+            for layer in range(self.num_mamba_layers)
+        ]
+
+    @property
+    def is_cpu(self) -> bool:
+        return bool(self.device.type == "cpu")
+
+    def page_segment_sizes(self) -> list[int]:
+        return [rb for _, rb in self._segments]
+
+    def get_page_buffer_meta(self, indices: torch.Tensor) -> tuple[list[int], list[int]]:
+        """``(ptrs, sizes)`` of every slot of ``indices``, each as its per-layer state rows."""
+        from ...hostpool.describe import page_starts
+
+        ptrs: list[int] = []
+        sizes: list[int] = []
+        for s in page_starts(indices.to("cpu"), 1, self.size, arg="indices"):
+            for base, rb in self._segments:
+                ptrs.append(base + s * rb)
+                sizes.append(rb)
+        return ptrs, sizes
+
+    def host_mirror(self, rows: int, pin: bool) -> DeviceMambaView:
+        """The same view over host tensors of ``rows`` slots (the staging ring's)."""
+
+        def host(t: torch.Tensor) -> torch.Tensor:
+            return torch.zeros((t.shape[0], rows, *t.shape[2:]), dtype=t.dtype, pin_memory=pin)
+
+        return DeviceMambaView(host(self.temporal), [host(t) for t in self.conv])
 
 
 def layer_ranges(view: DeviceKVView) -> list[list[tuple[int, int]]]:
