@@ -70,14 +70,6 @@ class TestOursOnMooncake(ConnectorTests):
     def connector_config(self, backend_config: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
         return connector_config("mooncake", backend_config("mooncake"))
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="the Mooncake transport reports no object sizes (SIZE_UNKNOWN): the connector reads a full "
-        "chunk, so a short chunk stored there is a miss (known defect, in docs/compatibility.md)",
-    )
-    def test_short_chunks_come_back_short(self, h: Harness, tag: str) -> None:
-        super().test_short_chunks_come_back_short(h, tag)
-
 
 BROKEN = [
     broken.ReleasesOnPutAdapter,
