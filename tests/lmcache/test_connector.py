@@ -28,13 +28,20 @@ from hicache_sdk.lmcache import TransportConnector
 
 
 def _frozen(redis_server: Any) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    return _frozen_pid(redis_server.proc.pid)
+
+
+def _frozen_pid(pid: int) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """``freeze()``: the process ``pid`` stopped (SIGSTOP: every request to it hangs) while
+    the block runs, then continued."""
+
     @contextlib.contextmanager
     def freeze() -> Iterator[None]:
-        os.kill(redis_server.proc.pid, signal.SIGSTOP)
+        os.kill(pid, signal.SIGSTOP)
         try:
             yield
         finally:
-            os.kill(redis_server.proc.pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGCONT)
 
     return freeze
 
@@ -69,6 +76,10 @@ class TestOursOnMooncake(ConnectorTests):
     @pytest.fixture
     def connector_config(self, backend_config: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
         return connector_config("mooncake", backend_config("mooncake"))
+
+    @pytest.fixture
+    def freeze(self, mooncake_cluster: Any) -> Callable[[], contextlib.AbstractContextManager[None]]:
+        return _frozen_pid(mooncake_cluster.master.pid)  # the real mooncake_master
 
 
 BROKEN = [
@@ -139,6 +150,27 @@ def test_mla_only_rank_0_writes_without_lmcaches_own_rule(
     finally:
         r0.close()
         r1.close()
+
+
+def test_lmcaches_async_lookup_path_answers_prefixes_in_one_batch(
+    backend_config: Callable[[str], dict[str, Any]],
+) -> None:
+    # RemoteBackend's async forms (vLLM's async loading): a prefix count, then the leading
+    # run of objects (a later hit is released, not handed back)
+    h = Harness(connector_config("file", backend_config("file")), metadata())
+    try:
+        keys = [h.key(("async", i)) for i in range(4)]
+        h.batched_put([keys[0], keys[1], keys[3]], [h.obj(1), h.obj(2), h.obj(4)])
+        assert h.run(h.backend.batched_async_contains("l1", keys)) == 2
+        assert h.run(h.wrapper.batched_async_contains("l1", keys[2:])) == 0
+        got = h.run(h.backend.batched_get_non_blocking("l1", keys))
+        assert len(got) == 2 and bytes(got[1].byte_array) == bytes(h.obj(2).byte_array)
+        leaked = h.unreleased(got)
+        for g in got:
+            g.ref_count_down()
+        assert not leaked
+    finally:
+        h.close()
 
 
 def _config(backend: str, backend_config: dict[str, Any]) -> dict[str, Any]:
