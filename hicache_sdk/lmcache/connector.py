@@ -37,6 +37,8 @@ metadata.
   writes it; a put on another rank is a no-op. LMCache's ``RemoteBackend`` does the same
   by default (``remote_enable_mla_worker_id_as0``); the connector keeps the rule when an
   operator turns that off, or uses the connector without it;
+* a get whose caller is cancelled (LMCache's ``blocking_timeout_secs``) releases what it
+  allocated when it ends;
 * nothing raises into LMCache's worker for an I/O failure; ``list`` is empty (a transport
   cannot enumerate its objects).
 """
@@ -199,11 +201,22 @@ class TransportConnector(RemoteConnector):  # type: ignore[misc]
     async def _off_loop(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
+    async def _objects_off_loop(self, fn: Any, *args: Any) -> list[Any]:
+        """``fn(*args)`` (a list of allocated objects or ``None``) off the loop; when the
+        caller is cancelled (LMCache's ``blocking_timeout_secs``), the objects the call still
+        returns are released, not leaked."""
+        fut = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        try:
+            return list(await asyncio.shield(fut))
+        except asyncio.CancelledError:
+            fut.add_done_callback(_release_results)
+            raise
+
     async def exists(self, key: Any) -> bool:
         return bool(await self._off_loop(self.exists_sync, key))
 
     async def get(self, key: Any) -> Any:
-        return (await self._off_loop(self._get_many, [key]))[0]
+        return (await self._objects_off_loop(self._get_many, [key]))[0]
 
     async def put(self, key: Any, memory_obj: Any) -> None:
         """Create-if-absent; never releases ``memory_obj``; never raises for I/O."""
@@ -215,7 +228,7 @@ class TransportConnector(RemoteConnector):  # type: ignore[misc]
 
     async def batched_get(self, keys: list[Any]) -> list[Any]:
         """One object (or ``None``) per key, in one size query and one read."""
-        return list(await self._off_loop(self._get_many, list(keys)))
+        return await self._objects_off_loop(self._get_many, list(keys))
 
     def support_batched_put(self) -> bool:
         return True
@@ -240,7 +253,7 @@ class TransportConnector(RemoteConnector):  # type: ignore[misc]
     async def batched_get_non_blocking(self, lookup_id: str, keys: list[Any]) -> list[Any]:
         """The objects of the keys up to the first miss (later hits are released), in one
         size query and one read."""
-        got = await self._off_loop(self._get_many, list(keys))
+        got = await self._objects_off_loop(self._get_many, list(keys))
         out: list[Any] = []
         for i, obj in enumerate(got):
             if obj is None:
@@ -265,6 +278,15 @@ class TransportConnector(RemoteConnector):  # type: ignore[misc]
             log.warning(
                 "hicache-sdk TransportConnector: closing backend %s failed: %s", self.settings.backend, e
             )
+
+
+def _release_results(fut: Any) -> None:
+    """Release the objects of a finished get whose caller was cancelled."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    for obj in fut.result() or ():
+        if obj is not None:
+            obj.ref_count_down()
 
 
 def _params(extra: Mapping[str, Any] | None, plugin: str) -> Any:

@@ -7,12 +7,14 @@ LMCache's check tool in its remote mode, its output judged."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -169,6 +171,35 @@ def test_lmcaches_async_lookup_path_answers_prefixes_in_one_batch(
         for g in got:
             g.ref_count_down()
         assert not leaked
+    finally:
+        h.close()
+
+
+def test_a_cancelled_get_releases_what_it_allocated_when_it_ends(
+    backend_config: Callable[[str], dict[str, Any]],
+) -> None:
+    # LMCache cancels a get past its blocking_timeout_secs; the read still running on the
+    # connector's thread allocated LMCache memory, released once that read ends
+    h = Harness(connector_config("file", backend_config("file")), metadata())
+    try:
+        keys = [h.key(("cancel", i)) for i in range(3)]
+        h.batched_put(keys, [h.obj(i) for i in range(3)])
+        conn = h.connector
+        real = conn.objects.load_sized
+
+        def slow(chunks: Any) -> Any:
+            time.sleep(0.5)
+            return real(chunks)
+
+        conn.objects.load_sized = slow
+        for call in (lambda: h.wrapper.batched_get(keys), lambda: h.wrapper.get(keys[0])):
+            before = len(h.allocated)
+            fut = asyncio.run_coroutine_threadsafe(call(), h.loop)
+            time.sleep(0.2)
+            fut.cancel()
+            time.sleep(0.8)
+            assert len(h.allocated) > before, "the get allocated nothing"
+            assert not h.unreleased(), "a cancelled get kept what it allocated"
     finally:
         h.close()
 
