@@ -29,6 +29,10 @@ the override, never declared; a wrapper answers for the transport it wraps) tell
 callers so. ``cheap_ranges`` says a native ``read_ranges`` costs about one request whatever
 the number of ranges. The resilience layer carries the verb under its deadline, breaker
 and staging rules, and offers it for many objects at once (:class:`RangedReads`).
+
+A transport whose ``exists`` answers ``SIZE_UNKNOWN`` may also offer :class:`ExactSizes`
+(the exact size of each object, one query per object); :func:`exact_sizes` asks it where it
+is offered and falls back to ``exists`` elsewhere.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from .errors import TransportError
 __all__ = [
     "SIZE_UNKNOWN",
     "DeadlineScoped",
+    "ExactSizes",
     "FailureReasons",
     "Range",
     "RangedReads",
@@ -57,6 +62,7 @@ __all__ = [
     "TransportError",
     "check_ranges",
     "check_reason",
+    "exact_sizes",
     "has_read_ranges",
     "ranges_within",
     "read_ranges_whole",
@@ -206,6 +212,18 @@ class RangedReads:
         raise NotImplementedError(f"{type(self).__name__} offers RangedReads without read_ranges_batch")
 
 
+class ExactSizes:
+    """A transport whose :meth:`Transport.exists` may answer ``SIZE_UNKNOWN`` (sizes are not
+    cheap to ask in a batch) but that can tell each object's exact stored size at the cost of
+    a query per object (Mooncake's ``get_size``). Callers that need the size, not only the
+    presence, ask :func:`exact_sizes`, which falls back to ``exists`` elsewhere."""
+
+    def exact_sizes(self, keys: Sequence[str]) -> list[int | None]:
+        """Per key: the stored size in bytes, or ``None`` when absent (or the query failed);
+        never ``SIZE_UNKNOWN``. Errors as :meth:`Transport.exists`."""
+        raise NotImplementedError(f"{type(self).__name__} offers ExactSizes without exact_sizes")
+
+
 class Transport(ABC):
     """Existence, read, write and delete of many named objects.
 
@@ -348,6 +366,14 @@ class Transport(ABC):
         features it subclasses; a wrapper also offers those of the transport it wraps that it
         passes on (:attr:`~hicache_sdk.kit.wrapping.WrappingTransport.passes_on`)."""
         return self if isinstance(self, feature) else None
+
+
+def exact_sizes(transport: Transport, keys: Sequence[str]) -> list[int | None]:
+    """Per key, the stored size as :meth:`ExactSizes.exact_sizes` answers it where
+    ``transport`` offers :class:`ExactSizes`; otherwise ``transport.exists(keys)`` (which may
+    answer ``SIZE_UNKNOWN``)."""
+    sized = transport.offers(ExactSizes)
+    return sized.exact_sizes(keys) if sized is not None else transport.exists(keys)
 
 
 def ranges_within(ranges: Sequence[tuple[int, int, object]], size: int) -> bool:

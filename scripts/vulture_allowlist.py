@@ -87,11 +87,16 @@ CountingClose
 _NeedsAnArgument
 
 # LMCache's plug points, called by LMCache by name: the connector adapter protocol and the
-# L2 adapter's config-class lookup, and the connector's remove (RemoteBackend.remove).
+# L2 adapter's config-class lookup, the connector's remove (RemoteBackend.remove) and its
+# batched forms, with LMCache's parameter names.
 can_parse
 create_connector
 config_class_name
 remove_sync
+support_batched_contains  # RemoteConnector's batched forms (RemoteBackend, its wrapper)
+batched_async_contains
+batched_get_non_blocking
+lookup_id
 
 # SGLang's duck-typed tree stand-in for UnifiedCacheLinkerWrapper (tests/sglang): the wrapper
 # reads these by name.

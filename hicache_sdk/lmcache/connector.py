@@ -37,6 +37,8 @@ metadata.
   writes it; a put on another rank is a no-op. LMCache's ``RemoteBackend`` does the same
   by default (``remote_enable_mla_worker_id_as0``); the connector keeps the rule when an
   operator turns that off, or uses the connector without it;
+* a get whose caller is cancelled (LMCache's ``blocking_timeout_secs``) releases what it
+  allocated when it ends;
 * nothing raises into LMCache's worker for an I/O failure; ``list`` is empty (a transport
   cannot enumerate its objects).
 """
@@ -46,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -128,66 +130,139 @@ class TransportConnector(RemoteConnector):  # type: ignore[misc]
 
     # -- sync ------------------------------------------------------------------------
     def exists_sync(self, key: Any) -> bool:
-        if self._closed:
-            return False
-        (size,) = self.objects.sizes([self.object_name(key)])
-        return self._payload(size) is not None
+        return self._present([key])[0]
 
     def remove_sync(self, key: Any) -> bool:
         if not self._closed:
             self.objects.delete([self.object_name(key)])
         return True
 
-    def _get_sync(self, key: Any) -> Any:
-        if self._closed:
-            return None
-        name = self.object_name(key)
-        (size,) = self.objects.sizes([name])
-        payload = self._payload(size)
-        if payload is None:
-            return None
-        obj = self.local_cpu_backend.allocate(
-            self.meta_shapes, self.meta_dtypes, self.meta_fmt, busy_loop=False
-        )
-        if obj is None:
-            self.metrics.count("lmcache_alloc_failed")
-            return None
+    def _get_many(self, keys: Sequence[Any]) -> list[Any]:
+        """One object (or ``None``) per key: one size query and one read for the batch."""
+        out: list[Any] = [None] * len(keys)
+        if self._closed or not keys:
+            return out
+        names = [self.object_name(k) for k in keys]
+        todo: list[tuple[int, int, Any]] = []  # (index, payload bytes, allocated object)
         try:
-            (ok,) = self.objects.load_sized([Chunk(name, int(obj.data_ptr), payload, self.identity)])
-            if not ok:
-                obj.ref_count_down()
-                return None
-            if payload != self.full_chunk_size_bytes:
-                obj = self.reshape_partial_chunk(obj, payload)
-            return obj
+            for i, size in enumerate(self.objects.sizes(names, exact=True)):
+                payload = self._payload(size)
+                if payload is None:
+                    continue
+                obj = self.local_cpu_backend.allocate(
+                    self.meta_shapes, self.meta_dtypes, self.meta_fmt, busy_loop=False
+                )
+                if obj is None:  # no memory free now: this and the rest miss
+                    self.metrics.count("lmcache_alloc_failed")
+                    break
+                todo.append((i, payload, obj))
+            chunks = [Chunk(names[i], int(obj.data_ptr), payload, self.identity) for i, payload, obj in todo]
+            got = self.objects.load_sized(chunks)
         except Exception as e:
             self.metrics.failure("read", e, ())
-            obj.ref_count_down()
-            return None
+            got = [False] * len(todo)
+        for (i, payload, obj), ok in zip(todo, got):
+            if not ok:
+                obj.ref_count_down()
+                continue
+            if payload != self.full_chunk_size_bytes:
+                try:
+                    obj = self.reshape_partial_chunk(obj, payload)
+                except Exception as e:
+                    self.metrics.failure("read", e, ())
+                    obj.ref_count_down()
+                    continue
+            out[i] = obj
+        return out
 
-    def _put_sync(self, key: Any, memory_obj: Any) -> None:
-        if self._closed or not self.writes:
+    def _put_many(self, keys: Sequence[Any], memory_objs: Sequence[Any]) -> None:
+        """Create-if-absent of every chunk: one existence query and one write for the batch."""
+        if self._closed or not self.writes or not keys:
             return
-        chunk = Chunk(
-            self.object_name(key), int(memory_obj.data_ptr), int(memory_obj.get_size()), self.identity
-        )
-        ok, _created = self.objects.store([chunk])
+        try:
+            chunks = [
+                Chunk(self.object_name(k), int(o.data_ptr), int(o.get_size()), self.identity)
+                for k, o in zip(keys, memory_objs, strict=True)
+            ]
+        except Exception as e:
+            self.metrics.failure("write", e, ())
+            return
+        ok, _created = self.objects.store(chunks)
         if not ok:
             self.metrics.count("lmcache_put_failed")
+
+    def _present(self, keys: Sequence[Any]) -> list[bool]:
+        if self._closed or not keys:
+            return [False] * len(keys)
+        sizes = self.objects.sizes([self.object_name(k) for k in keys])
+        return [self._payload(size) is not None for size in sizes]
 
     # -- async (LMCache's loop never runs the transport) -------------------------------
     async def _off_loop(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
+    async def _objects_off_loop(self, fn: Any, *args: Any) -> list[Any]:
+        """``fn(*args)`` (a list of allocated objects or ``None``) off the loop; when the
+        caller is cancelled (LMCache's ``blocking_timeout_secs``), the objects the call still
+        returns are released, not leaked."""
+        fut = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        try:
+            return list(await asyncio.shield(fut))
+        except asyncio.CancelledError:
+            fut.add_done_callback(_release_results)
+            raise
+
     async def exists(self, key: Any) -> bool:
         return bool(await self._off_loop(self.exists_sync, key))
 
     async def get(self, key: Any) -> Any:
-        return await self._off_loop(self._get_sync, key)
+        return (await self._objects_off_loop(self._get_many, [key]))[0]
 
     async def put(self, key: Any, memory_obj: Any) -> None:
         """Create-if-absent; never releases ``memory_obj``; never raises for I/O."""
-        await self._off_loop(self._put_sync, key, memory_obj)
+        await self._off_loop(self._put_many, [key], [memory_obj])
+
+    # -- batched (one transport batch per LMCache batch) -------------------------------
+    def support_batched_get(self) -> bool:
+        return True
+
+    async def batched_get(self, keys: list[Any]) -> list[Any]:
+        """One object (or ``None``) per key, in one size query and one read."""
+        return await self._objects_off_loop(self._get_many, list(keys))
+
+    def support_batched_put(self) -> bool:
+        return True
+
+    async def batched_put(self, keys: list[Any], memory_objs: list[Any]) -> None:
+        """Create-if-absent of every chunk in one existence query and one write; never
+        releases ``memory_objs``; never raises for I/O."""
+        await self._off_loop(self._put_many, list(keys), list(memory_objs))
+
+    def support_batched_contains(self) -> bool:
+        return True
+
+    def batched_contains(self, keys: list[Any]) -> int:
+        """How many keys, from the first, are present (LMCache's prefix answer), in one
+        existence query."""
+        found = self._present(list(keys))
+        return found.index(False) if False in found else len(found)
+
+    async def batched_async_contains(self, lookup_id: str, keys: list[Any], pin: bool = False) -> int:
+        return int(await self._off_loop(self.batched_contains, list(keys)))
+
+    async def batched_get_non_blocking(self, lookup_id: str, keys: list[Any]) -> list[Any]:
+        """The objects of the keys up to the first miss (later hits are released), in one
+        size query and one read."""
+        got = await self._objects_off_loop(self._get_many, list(keys))
+        out: list[Any] = []
+        for i, obj in enumerate(got):
+            if obj is None:
+                for rest in got[i + 1 :]:
+                    if rest is not None:
+                        rest.ref_count_down()
+                break
+            out.append(obj)
+        return out
 
     async def list(self) -> list[str]:
         return []
@@ -203,6 +278,15 @@ class TransportConnector(RemoteConnector):  # type: ignore[misc]
             log.warning(
                 "hicache-sdk TransportConnector: closing backend %s failed: %s", self.settings.backend, e
             )
+
+
+def _release_results(fut: Any) -> None:
+    """Release the objects of a finished get whose caller was cancelled."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    for obj in fut.result() or ():
+        if obj is not None:
+            obj.ref_count_down()
 
 
 def _params(extra: Mapping[str, Any] | None, plugin: str) -> Any:

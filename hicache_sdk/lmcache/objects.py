@@ -37,6 +37,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ import numpy as np
 from ..kit.segments import gather, scatter
 from ..metrics.backend import Metrics
 from ..paged.header import TRAILER_SIZE, HeaderError, PageHeader, crc32_segments
-from ..transport import SIZE_UNKNOWN, Segment, Transport, TransportError
+from ..transport import SIZE_UNKNOWN, Segment, Transport, TransportError, exact_sizes
 
 __all__ = ["Chunk", "ChunkObjects", "layout_identity"]
 
@@ -91,13 +92,17 @@ class ChunkObjects:
     def _failed(self, op: str, exc: BaseException) -> None:
         self.metrics.failure(op, exc, getattr(self.transport, "io_errors", ()))
 
-    def sizes(self, names: Sequence[str]) -> list[int | None]:
+    def sizes(self, names: Sequence[str], *, exact: bool = False) -> list[int | None]:
         """Per name: the stored size (payload and record), ``SIZE_UNKNOWN``, or ``None``
-        when absent or when the query failed (counted)."""
+        when absent or when the query failed (counted). ``exact``: ask the transport's exact
+        sizes where it offers them (:func:`~hicache_sdk.transport.exact_sizes`; a query per
+        object on some transports), so that ``SIZE_UNKNOWN`` comes back only from one that
+        cannot tell."""
         if not names:
             return []
         try:
-            found = list(self.transport.exists(list(names)))
+            ask = partial(exact_sizes, self.transport) if exact else self.transport.exists
+            found = list(ask(list(names)))
             if len(found) != len(names):
                 raise TransportError("exists returned a wrong number of answers", "protocol")
         except Exception as e:

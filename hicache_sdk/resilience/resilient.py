@@ -64,6 +64,8 @@ failures as misses; metrics op ``t_read_ranges`` (bytes count the ranges read).
 
 ``exists`` asks at most :data:`EXISTS_CHUNK` keys per transport call, one chunk after another
 on one worker: at the end the chunks answered so far stand and the rest are absent.
+:meth:`~ResilientTransport.exact_sizes` (offered where the transport offers
+:class:`~hicache_sdk.transport.ExactSizes`) follows the same rules.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ from ..kit.segments import copy_runs
 from ..metrics.backend import Metrics
 from ..transport import (
     DeadlineScoped,
+    ExactSizes,
     Range,
     RangedReads,
     Segments,
@@ -98,6 +101,7 @@ from .staging import StagingBuffer, StagingPool
 __all__ = ["EXISTS_CHUNK", "Quarantine", "ResilienceConfig", "ResilientTransport"]
 
 T = TypeVar("T")
+F = TypeVar("F")
 
 #: The most keys one ``exists`` call of the transport is asked at a time.
 EXISTS_CHUNK = 4096
@@ -132,7 +136,7 @@ class _ThreadSetting:
         setattr(self._local, self._name, self._prev)
 
 
-class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
+class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads, ExactSizes):
     """``inner`` with the policies ``policies`` (a :class:`~.policies.Resilience`, or a config
     with the shared keys, read by :meth:`Resilience.from_config`) around it; see the module
     docs. :func:`hicache_sdk.resilience.wrap_transport` builds one.
@@ -427,6 +431,25 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
     def exists(self, keys: Sequence[str]) -> list[int | None]:
         """Sizes / ``None``; all ``None`` when refused or failed, and ``None`` past the
         answered chunks at the deadline (module docs)."""
+        return self._existence(keys, self._inner.exists)
+
+    def offers(self, feature: type[F]) -> F | None:
+        """As :meth:`Transport.offers`; :class:`ExactSizes` only where the inner transport
+        offers it."""
+        if feature is ExactSizes and self._inner.offers(ExactSizes) is None:
+            return None
+        return super().offers(feature)
+
+    def exact_sizes(self, keys: Sequence[str]) -> list[int | None]:
+        """The inner transport's :meth:`~hicache_sdk.transport.ExactSizes.exact_sizes` under
+        the rules of :meth:`exists` (its deadline, breakers and metrics); ``exists`` where
+        the inner transport does not offer it."""
+        sized = self._inner.offers(ExactSizes)
+        return self._existence(keys, sized.exact_sizes if sized is not None else self._inner.exists)
+
+    def _existence(
+        self, keys: Sequence[str], ask: Callable[[Sequence[str]], list[int | None]]
+    ) -> list[int | None]:
         n = len(keys)
         if n == 0:
             return []
@@ -446,7 +469,7 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
                 self._metrics.count("breaker_rejected")
                 self._metrics.error("exists_breaker_open")
             else:
-                out, ok = self._ask_exists(keys, end)
+                out, ok = self._ask_exists(keys, end, ask)
                 if probe and not self._probe_health:
                     (self._breaker.record_success if ok else self._breaker.record_failure)()
                 self._record("t_exists", t0, n - count_is(out, None), 0, ok)
@@ -454,14 +477,16 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
         self._record("t_exists", t0, 0, 0, False)
         return [None] * n
 
-    def _ask_exists(self, keys: Sequence[str], end: float | None) -> tuple[list[int | None], bool]:
-        """The transport's answers by ``end`` (exists breaker), :data:`EXISTS_CHUNK` keys per
-        call; ``True`` when every chunk was answered."""
+    def _ask_exists(
+        self, keys: Sequence[str], end: float | None, ask: Callable[[Sequence[str]], list[int | None]]
+    ) -> tuple[list[int | None], bool]:
+        """The transport's answers (``ask``: its ``exists`` or ``exact_sizes``) by ``end``
+        (exists breaker), :data:`EXISTS_CHUNK` keys per call; ``True`` when every chunk was
+        answered."""
         n = len(keys)
-        inner = self._inner
         if n <= EXISTS_CHUNK:  # the usual query: one call, its answers as given (no copies)
             status, got = self._call(
-                "exists", partial(_answers, inner.exists, keys), end, breaker=self._exists_breaker
+                "exists", partial(_answers, ask, keys), end, breaker=self._exists_breaker
             )
             return (got, True) if status == _OK and got is not None else ([None] * n, False)
         parts: list[list[int | None]] = []
@@ -470,7 +495,7 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads):
 
         def job() -> bool:
             for a in range(0, n, EXISTS_CHUNK):
-                part = _answers(inner.exists, keys[a : a + EXISTS_CHUNK])
+                part = _answers(ask, keys[a : a + EXISTS_CHUNK])
                 with lock:
                     if stop[0]:
                         return False

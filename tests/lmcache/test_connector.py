@@ -7,12 +7,14 @@ LMCache's check tool in its remote mode, its output judged."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,13 +30,20 @@ from hicache_sdk.lmcache import TransportConnector
 
 
 def _frozen(redis_server: Any) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    return _frozen_pid(redis_server.proc.pid)
+
+
+def _frozen_pid(pid: int) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """``freeze()``: the process ``pid`` stopped (SIGSTOP: every request to it hangs) while
+    the block runs, then continued."""
+
     @contextlib.contextmanager
     def freeze() -> Iterator[None]:
-        os.kill(redis_server.proc.pid, signal.SIGSTOP)
+        os.kill(pid, signal.SIGSTOP)
         try:
             yield
         finally:
-            os.kill(redis_server.proc.pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGCONT)
 
     return freeze
 
@@ -70,13 +79,9 @@ class TestOursOnMooncake(ConnectorTests):
     def connector_config(self, backend_config: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
         return connector_config("mooncake", backend_config("mooncake"))
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="the Mooncake transport reports no object sizes (SIZE_UNKNOWN): the connector reads a full "
-        "chunk, so a short chunk stored there is a miss (known defect, in docs/compatibility.md)",
-    )
-    def test_short_chunks_come_back_short(self, h: Harness, tag: str) -> None:
-        super().test_short_chunks_come_back_short(h, tag)
+    @pytest.fixture
+    def freeze(self, mooncake_cluster: Any) -> Callable[[], contextlib.AbstractContextManager[None]]:
+        return _frozen_pid(mooncake_cluster.master.pid)  # the real mooncake_master
 
 
 BROKEN = [
@@ -147,6 +152,56 @@ def test_mla_only_rank_0_writes_without_lmcaches_own_rule(
     finally:
         r0.close()
         r1.close()
+
+
+def test_lmcaches_async_lookup_path_answers_prefixes_in_one_batch(
+    backend_config: Callable[[str], dict[str, Any]],
+) -> None:
+    # RemoteBackend's async forms (vLLM's async loading): a prefix count, then the leading
+    # run of objects (a later hit is released, not handed back)
+    h = Harness(connector_config("file", backend_config("file")), metadata())
+    try:
+        keys = [h.key(("async", i)) for i in range(4)]
+        h.batched_put([keys[0], keys[1], keys[3]], [h.obj(1), h.obj(2), h.obj(4)])
+        assert h.run(h.backend.batched_async_contains("l1", keys)) == 2
+        assert h.run(h.wrapper.batched_async_contains("l1", keys[2:])) == 0
+        got = h.run(h.backend.batched_get_non_blocking("l1", keys))
+        assert len(got) == 2 and bytes(got[1].byte_array) == bytes(h.obj(2).byte_array)
+        leaked = h.unreleased(got)
+        for g in got:
+            g.ref_count_down()
+        assert not leaked
+    finally:
+        h.close()
+
+
+def test_a_cancelled_get_releases_what_it_allocated_when_it_ends(
+    backend_config: Callable[[str], dict[str, Any]],
+) -> None:
+    # LMCache cancels a get past its blocking_timeout_secs; the read still running on the
+    # connector's thread allocated LMCache memory, released once that read ends
+    h = Harness(connector_config("file", backend_config("file")), metadata())
+    try:
+        keys = [h.key(("cancel", i)) for i in range(3)]
+        h.batched_put(keys, [h.obj(i) for i in range(3)])
+        conn = h.connector
+        real = conn.objects.load_sized
+
+        def slow(chunks: Any) -> Any:
+            time.sleep(0.5)
+            return real(chunks)
+
+        conn.objects.load_sized = slow
+        for call in (lambda: h.wrapper.batched_get(keys), lambda: h.wrapper.get(keys[0])):
+            before = len(h.allocated)
+            fut = asyncio.run_coroutine_threadsafe(call(), h.loop)
+            time.sleep(0.2)
+            fut.cancel()
+            time.sleep(0.8)
+            assert len(h.allocated) > before, "the get allocated nothing"
+            assert not h.unreleased(), "a cancelled get kept what it allocated"
+    finally:
+        h.close()
 
 
 def _config(backend: str, backend_config: dict[str, Any]) -> dict[str, Any]:

@@ -17,13 +17,20 @@ from hicache_conformance.suite.lmcache_l2_tests import L2AdapterTests
 
 
 def _frozen(redis_server: Any) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    return _frozen_pid(redis_server.proc.pid)
+
+
+def _frozen_pid(pid: int) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """``freeze()``: the process ``pid`` stopped (SIGSTOP: every request to it hangs) while
+    the block runs, then continued."""
+
     @contextlib.contextmanager
     def freeze() -> Iterator[None]:
-        os.kill(redis_server.proc.pid, signal.SIGSTOP)
+        os.kill(pid, signal.SIGSTOP)
         try:
             yield
         finally:
-            os.kill(redis_server.proc.pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGCONT)
 
     return freeze
 
@@ -55,6 +62,10 @@ class TestOursOnMooncake(L2AdapterTests):
     @pytest.fixture
     def l2_spec(self, backend_config: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
         return adapter_spec("mooncake", backend_config("mooncake"))
+
+    @pytest.fixture
+    def freeze(self, mooncake_cluster: Any) -> Callable[[], contextlib.AbstractContextManager[None]]:
+        return _frozen_pid(mooncake_cluster.master.pid)  # the real mooncake_master
 
 
 BROKEN = [

@@ -140,3 +140,49 @@ def test_only_a_transport_that_registers_memory_moves_l1_in_place(
         a = build(adapter_spec(name, backend_config(name)), l1_memory_desc=arena.desc)
         adapters.append(a)
         assert a.in_place_region is None
+
+
+def test_tasks_under_a_frozen_master(
+    backend_config: Callable[[str], dict[str, Any]], adapters: list[Any], mooncake_cluster: Any
+) -> None:
+    # The master frozen (SIGSTOP): lookups and loads end within their deadlines (a load's
+    # size query comes first, and fails in time); a staged store ends at its deadline; an
+    # in-place store cannot be reported before its native call returns (LMCache would reuse
+    # memory Mooncake may still read), so it ends once the master answers again.
+    arena = Arena(4 << 20)
+    cfg = {**backend_config("mooncake"), "exists_timeout_s": 0.3, "transfer_timeout_s": 0.5}
+    a = build(adapter_spec("mooncake", cfg, task_timeout_s=2.0), l1_memory_desc=arena.desc)
+    adapters.append(a)
+    d = Driver(a, 30.0)
+    assert d.store([make_key("fz0")], [arena.obj(0, 1 << 20, seed=6)]).is_successful()
+    master = mooncake_cluster.master
+    os.kill(master.pid, signal.SIGSTOP)
+    thaw = time.monotonic() + 4.0
+    t0 = time.monotonic()
+    ended: dict[str, float] = {}
+    try:
+        tasks = {
+            "lookup": (a.submit_lookup_and_lock_task([make_key("fz0")], {}), a.query_lookup_and_lock_result),
+            "load staged": (a.submit_load_task([make_key("fz0")], [make_obj(1 << 19, fill=0)]), a.query_load_result),
+            "load in place": (a.submit_load_task([make_key("fz0")], [arena.obj(1 << 20, 1 << 20)]), a.query_load_result),
+            "store staged": (a.submit_store_task([make_key("fz1")], [make_obj(1 << 19, seed=1)]), None),
+            "store in place": (a.submit_store_task([make_key("fz2")], [arena.obj(2 << 20, 1 << 20, seed=2)]), None),
+        }  # fmt: skip
+        stores: dict[int, Any] = {}
+        while len(ended) < len(tasks) and time.monotonic() < thaw:
+            stores.update(a.pop_completed_store_tasks())
+            for name, (tid, query) in tasks.items():
+                if name not in ended and (tid in stores if query is None else query(tid) is not None):
+                    ended[name] = time.monotonic() - t0
+            time.sleep(0.02)
+    finally:
+        os.kill(master.pid, signal.SIGCONT)
+    until = time.monotonic() + 30
+    while "store in place" not in ended and time.monotonic() < until:
+        if tasks["store in place"][0] in a.pop_completed_store_tasks():
+            ended["store in place"] = time.monotonic() - t0
+        time.sleep(0.02)
+    print("task end times with the master frozen for 4 s:", ended)
+    for name in ("lookup", "load staged", "load in place", "store staged"):
+        assert ended.get(name, 99.0) < 2.5, (name, ended)
+    assert "store in place" in ended, ended

@@ -12,7 +12,7 @@ from resilience_fakes import Cfg, FakeClock, MisbehavingTransport
 
 from hicache_sdk.resilience import FailureInjector, Metrics
 from hicache_sdk.resilience.resilient import ResilientTransport
-from hicache_sdk.transport import TransportError
+from hicache_sdk.transport import SIZE_UNKNOWN, ExactSizes, TransportError, exact_sizes
 
 
 class Scripted(MisbehavingTransport):
@@ -109,3 +109,32 @@ def test_a_failure_counted_during_a_call_is_reset_by_its_success() -> None:
     caller.join(5)
     assert got == [[2]] and w.exists_breaker.quiet
     w.close()
+
+
+class SizedOnAsk(MisbehavingTransport, ExactSizes):
+    """``exists`` knows no sizes; ``exact_sizes`` does (as Mooncake's ``get_size``)."""
+
+    def exists(self, keys: Sequence[str]) -> list[int | None]:
+        return [SIZE_UNKNOWN if a is not None else None for a in super().exists(keys)]
+
+    def exact_sizes(self, keys: Sequence[str]) -> list[int | None]:
+        if self.next == "slow":
+            threading.Event().wait(0.3)
+        return super().exists(keys)
+
+
+def test_exact_sizes_are_offered_only_where_the_transport_offers_them() -> None:
+    plain, _, _ = _make(FakeClock())
+    assert plain.offers(ExactSizes) is None
+    assert exact_sizes(plain, ["a", "zz"]) == [2, None]  # the fallback: exists
+    sized = SizedOnAsk()
+    sized.store.update({"a": b"12", "b": b"3"})
+    sized.next = "ok"
+    m = Metrics()
+    rt = ResilientTransport(sized, Cfg(exists_timeout_s=0.05), m, injector=FailureInjector())
+    assert rt.offers(ExactSizes) is rt
+    assert rt.exists(["a", "b", "zz"]) == [SIZE_UNKNOWN, SIZE_UNKNOWN, None]
+    assert exact_sizes(rt, ["a", "b", "zz"]) == [2, 1, None]
+    sized.next = "slow"  # past the exists deadline: absent, as exists answers then
+    assert rt.exact_sizes(["a"]) == [None]
+    assert m.snapshot()["errors"].get("deadline", 0) >= 1

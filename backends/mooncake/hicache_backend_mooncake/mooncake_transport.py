@@ -9,6 +9,8 @@
 * Those native calls cannot be cancelled: the transport is **not** cancellable, so the
   resilience layer stages reads and snapshots writes when deadlines are on. Its staging
   memory is registered here through :meth:`register_memory`.
+* :meth:`exists` answers ``SIZE_UNKNOWN`` (one ``batch_is_exist`` round trip); the exact
+  sizes (:class:`~hicache_sdk.transport.ExactSizes`) cost one ``get_size`` per key.
 * Holder loss: Mooncake keeps answering ``is_exist`` = 1 for about ``client_ttl`` (10 s)
   after the holder died while every read fails with ``TRANSFER_FAIL``. Keys whose read
   failed that way are reported absent by :meth:`exists` for :data:`SUSPECT_S`, and a
@@ -43,7 +45,7 @@ from typing import Any, ClassVar
 
 from hicache_sdk import SIZE_UNKNOWN, Capabilities, Segments, Transport, TransportError
 from hicache_sdk.kit.batches import first_occurrences, swap_if_all
-from hicache_sdk.transport import Range, RangedReads, check_ranges
+from hicache_sdk.transport import ExactSizes, Range, RangedReads, check_ranges
 
 from . import clients
 from .config import MooncakeConfig
@@ -104,7 +106,7 @@ def _load_store_class() -> Any:
 _STORE_CLASS = _load_store_class()
 
 
-class MooncakeTransport(Transport, RangedReads):
+class MooncakeTransport(Transport, RangedReads, ExactSizes):
     """Objects in Mooncake Store. Thread-safe. See the module docs for the failure rules."""
 
     capabilities = Capabilities(
@@ -332,6 +334,21 @@ class MooncakeTransport(Transport, RangedReads):
         if self._suspects:
             return [SIZE_UNKNOWN if c == 1 and not self._suspect(k) else None for k, c in zip(keys, codes)]
         return list(map(_PRESENT.get, codes))
+
+    def exact_sizes(self, keys: Sequence[str]) -> list[int | None]:
+        """Each object's stored size (``get_size``, one master query per key: Mooncake has no
+        batched size query), ``None`` when absent or while the key's holder is suspected dead.
+        A failed master query (``RPC_FAIL``) -> ``TransportError``."""
+        if not keys:
+            return []
+        store = self._enter()
+        try:
+            codes = [int(store.get_size(k)) for k in keys]
+        finally:
+            self._leave()
+        if codes and all(c == RPC_FAIL for c in codes):
+            raise TransportError("mooncake get_size failed", reason="connection")
+        return [c if c >= 0 and not self._suspect(k) else None for k, c in zip(keys, codes)]
 
     def read(self, keys: Sequence[str], buffers: Sequence[Segments]) -> list[bool]:
         """True only when the stored object's byte count equals the buffers' total.

@@ -8,6 +8,8 @@ import numpy as np
 from _servers import MooncakeCluster
 from hicache_backend_mooncake import MooncakeConfig, MooncakeTransport
 
+from hicache_sdk.transport import SIZE_UNKNOWN, ExactSizes
+
 
 def _transport(cluster: MooncakeCluster) -> MooncakeTransport:
     return MooncakeTransport(MooncakeConfig.from_mapping(cluster.config(), environ={}), 0)
@@ -42,6 +44,20 @@ def test_mixed_batch_answers_per_object(cluster: MooncakeCluster) -> None:
         d1, d2 = np.zeros(a.nbytes, np.uint8), np.zeros(b.nbytes - 1, np.uint8)
         assert t.read(names, [_segs(d1), _segs(d2)]) == [True, False]
         assert bytes(d1) == bytes(a)
+    finally:
+        t.delete(names)
+        t.close()
+
+
+def test_exact_sizes_tell_what_exists_does_not(cluster: MooncakeCluster) -> None:
+    t = _transport(cluster)
+    names = ["mt-size-a", "mt-size-b"]
+    try:
+        a, b = np.ones(5000, np.uint8), np.ones(123, np.uint8)
+        assert t.write(names, [_segs(a, 2), _segs(b)]) == [True, True]
+        assert t.exists([*names, "mt-size-never"]) == [SIZE_UNKNOWN, SIZE_UNKNOWN, None]
+        assert t.offers(ExactSizes) is t
+        assert t.exact_sizes([*names, "mt-size-never"]) == [5000, 123, None]
     finally:
         t.delete(names)
         t.close()

@@ -10,6 +10,7 @@ fail for it. Judge one with ``hicache check hicache_conformance.broken.lmcache_c
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from hicache_sdk.lmcache.connector import ConnectorAdapter, TransportConnector, _params
@@ -36,10 +37,16 @@ class _BlocksTheLoop(TransportConnector):
         return self.exists_sync(key)
 
     async def get(self, key: Any) -> Any:
-        return self._get_sync(key)
+        return self._get_many([key])[0]
 
     async def put(self, key: Any, memory_obj: Any) -> None:
-        self._put_sync(key, memory_obj)
+        self._put_many([key], [memory_obj])
+
+    async def batched_get(self, keys: list[Any]) -> list[Any]:
+        return self._get_many(keys)
+
+    async def batched_put(self, keys: list[Any], memory_objs: list[Any]) -> None:
+        self._put_many(keys, memory_objs)
 
 
 class _TagBlind(TransportConnector):
@@ -50,21 +57,30 @@ class _TagBlind(TransportConnector):
 
 
 class _LeaksFailedGets(TransportConnector):
-    def _get_sync(self, key: Any) -> Any:
-        name = self.object_name(key)
-        (size,) = self.objects.sizes([name])
-        payload = self._payload(size)
-        if payload is None:
-            return None
-        obj = self.local_cpu_backend.allocate(
-            self.meta_shapes, self.meta_dtypes, self.meta_fmt, busy_loop=False
-        )
-        if obj is None:
-            return None
-        (ok,) = self.objects.load_sized([Chunk(name, int(obj.data_ptr), payload, self.identity)])
-        if not ok:
-            return None  # the allocation is never released
-        return obj if payload == self.full_chunk_size_bytes else self.reshape_partial_chunk(obj, payload)
+    def _get_many(self, keys: Sequence[Any]) -> list[Any]:
+        out: list[Any] = []
+        for key in keys:
+            name = self.object_name(key)
+            (size,) = self.objects.sizes([name], exact=True)
+            payload = self._payload(size)
+            obj = (
+                None
+                if payload is None
+                else self.local_cpu_backend.allocate(
+                    self.meta_shapes, self.meta_dtypes, self.meta_fmt, busy_loop=False
+                )
+            )
+            if obj is None or payload is None:
+                out.append(None)
+                continue
+            (ok,) = self.objects.load_sized([Chunk(name, int(obj.data_ptr), payload, self.identity)])
+            if not ok:
+                out.append(None)  # the allocation is never released
+                continue
+            out.append(
+                obj if payload == self.full_chunk_size_bytes else self.reshape_partial_chunk(obj, payload)
+            )
+        return out
 
 
 class _LoopBoundExistsSync(TransportConnector):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import hashlib
 import importlib
 import logging
@@ -337,6 +338,23 @@ class Harness:
             fut.result(timeout)
         except TimeoutError:
             raise Stuck(f"a put did not finish in {timeout:.0f} s") from None
+
+    def batched_put(self, keys: list[Any], objs: list[Any], timeout: float = CALL_TIMEOUT_S) -> None:
+        """``RemoteBackend.batched_submit_put_task`` (the connector's ``batched_put`` where it
+        supports one, else a put per key), and wait until every key's put has completed."""
+        left = [len(keys)]
+        lock, done = threading.Lock(), threading.Event()
+
+        def on_complete(_key: Any) -> None:
+            with lock:
+                left[0] -= 1
+                if left[0] <= 0:
+                    done.set()
+
+        submit = functools.partial(self.backend.batched_submit_put_task, on_complete_callback=on_complete)
+        bounded(submit, keys, objs, timeout=timeout, what="batched_submit_put_task")
+        if keys and not done.wait(timeout):
+            raise Stuck(f"{left[0]} of {len(keys)} batched puts did not finish in {timeout:.0f} s")
 
     def contains(self, key: Any) -> bool:
         """``RemoteBackend.contains`` (LMCache waits for the connector without a deadline)."""

@@ -13,7 +13,9 @@ and ``remote_backend.py``):
 
 * a chunk put through LMCache's ``RemoteBackend`` comes back byte for byte, with the
   deployment's shapes, dtypes and memory format; ``contains`` answers prefixes and
-  ``batched_get_blocking`` per key;
+  ``batched_get_blocking`` per key; LMCache's batched forms (``batched_submit_put_task``,
+  ``batched_get_blocking``: the connector's ``batched_put`` / ``batched_get`` where it has
+  them) do the same for a batch with a short chunk and misses in it;
 * ``put`` never releases the caller's object (LMCache's wrapper does);
 * ``get`` allocates through LMCache's allocator (the ``ConnectorContext``'s CPU backend),
   sized from the metadata, and releases what it allocated when it fails; every object the
@@ -131,6 +133,34 @@ class ConnectorTests:
             if g is not None:
                 g.ref_count_down()
         assert not h.unreleased()
+
+    def test_batched_puts_and_gets_through_lmcaches_remote_backend(self, h: E.Harness, tag: str) -> None:
+        # RemoteBackend's batched forms: the connector's batched_put / batched_get where it
+        # supports them (else a call per key); a short chunk and misses inside one batch
+        keys = [h.key((tag, "batch", i)) for i in range(5)]
+        src = [h.obj(20 + i, num_tokens=16 if i == 3 else None) for i in range(4)]
+        h.batched_put(keys[:4], src)
+        for i, o in enumerate(src):
+            assert o.get_ref_count() == 1, (
+                f"batched put released the caller's object {i} (ref count {o.get_ref_count()}, was 1)"
+            )
+        h.batched_put(keys[:1], [h.obj(99)])  # create-if-absent: the first chunk stays
+        order = [keys[4], keys[0], keys[3], h.key((tag, "batch", "absent")), keys[1], keys[2]]
+        got = h.batched_get_blocking(order)
+        try:
+            assert [g is not None for g in got] == [False, True, True, False, True, True], (
+                "batched_get_blocking did not answer each key"
+            )
+            for g, o in zip([got[1], got[2], got[4], got[5]], [src[0], src[3], src[1], src[2]]):
+                assert g.get_size() == o.get_size() and _bytes(g) == _bytes(o), (
+                    "a chunk came back from a batched get with other bytes or another size"
+                )
+            leaked = h.unreleased(got)
+        finally:
+            for g in got:
+                if g is not None:
+                    g.ref_count_down()
+        assert not leaked, f"{len(leaked)} object(s) a batched get allocated were never released"
 
     def test_get_allocates_through_lmcaches_allocator_sized_from_metadata(
         self, h: E.Harness, tag: str
@@ -265,6 +295,16 @@ class ConnectorTests:
             got = await asyncio.gather(*gets)
             exists = [E.Timed(h.wrapper.exists(k)) for k in keys]
             found = await asyncio.gather(*exists)
+            if h.wrapper.support_batched_put():  # the batched forms too, where it has them
+                for o in objs:
+                    o.ref_count_up()
+                bput = E.Timed(h.wrapper.batched_put([h.key((tag, "b", i)) for i in range(4)], objs))
+                await bput
+                timed.append(bput)
+            if h.wrapper.support_batched_get():
+                bget = E.Timed(h.wrapper.batched_get(keys))
+                got += await bget
+                timed.append(bget)
             stop.set()
             await tick
             for g in got:
