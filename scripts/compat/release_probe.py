@@ -347,8 +347,17 @@ def observe_registration_hooks(sgl: Any, cc: Any, profile: Any, pool: Any) -> di
             # the releases that read the decode-context-parallel width from their parallel
             # context: one rank (nothing is published without a server)
             parallel = getattr(cc, "get_parallel", None)
-            with parallel().override(attn_dcp_size=1) if parallel else contextlib.nullcontext():
-                ctl.attach_storage_backend("dynamic", storage_backend_extra_config={})
+            for _ in range(len(_CONTROLLER_DEFAULTS) + 1):
+                rec.calls.clear()
+                try:
+                    with parallel().override(attn_dcp_size=1) if parallel else contextlib.nullcontext():
+                        ctl.attach_storage_backend("dynamic", storage_backend_extra_config={})
+                    break
+                except AttributeError as e:  # an attribute the release reads (has_draft, ...)
+                    m = re.search(r"object has no attribute '(\w+)'", str(e))
+                    if not m or m.group(1) not in _CONTROLLER_DEFAULTS or hasattr(ctl, m.group(1)):
+                        raise
+                    setattr(ctl, m.group(1), _CONTROLLER_DEFAULTS[m.group(1)]())
         else:
             how = "HiCacheController.__init__ with storage_backend='dynamic'"
 
