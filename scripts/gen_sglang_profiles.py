@@ -28,7 +28,8 @@ Facts about behaviour (hooks the controller calls, the draft key suffix, salted 
 read from the source here; each profile lists them in ``unobserved`` so that nobody mistakes
 them for observations. ``--observed docs/compatibility-releases.json`` takes the facts that
 ``scripts/compat_matrix.py --releases`` observed by running each release's own code (the
-draft key its ``HiCacheController`` writes to a recording backend; whether its
+draft key its ``HiCacheController`` writes to a recording backend; whether its storage
+attach calls ``on_host_pools_registered`` on the backend the factory hands it; whether its
 ``compute_node_hash_values`` keys a salted request apart): an observed fact leaves
 ``unobserved``, and one that contradicts the source stops the generator.
 """
@@ -339,6 +340,9 @@ def read_profile(w: Wheel) -> dict[str, Any]:
 #: Behaviour facts the matrix observes: profile field -> its value in a release's probe
 #: (``None``: not observed there).
 OBSERVED = {
+    "calls_on_host_pools_registered": lambda o: (o.get("registration_hooks") or {}).get(
+        "on_host_pools_registered"
+    ),
     "draft_key_suffix": lambda o: (o.get("draft_key") or {}).get("suffix"),
     "salted_seeding": lambda o: (o.get("salted_seeding") or {}).get("salted"),
 }

@@ -118,3 +118,10 @@ k_scale_buffer  # SGLang's scaled KV pools (the linker refuses a pool that holds
 # controller built without its constructor (the release's own methods read them).
 enable_storage
 storage_backend_type
+_generate_storage_config
+_create_sync_groups
+mem_pool_device
+storage_stop_event
+host_memory_mode
+prefetch_hits_sync_groups
+prefetch_completion_sync_groups

@@ -26,6 +26,7 @@ run: torch"), and whether the release ships ``sglang/srt/mem_cache/unified_cache
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -35,6 +36,7 @@ import logging
 import queue
 import re
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -282,6 +284,118 @@ def observe_draft_keys(cc: Any, pool: Any, draft_pool: Any, batch: int) -> dict[
     }
 
 
+class _Stop(Exception):
+    """Raised by the device-pool stand-in when the controller's constructor, past its
+    storage attach, reaches for the device (``device``, ``layer_num``, CUDA streams)."""
+
+
+def _world_of_one() -> Any:
+    """A world-size-1 gloo process group over an in-memory store (no sockets), for the
+    releases whose attach asks the TP group its size; :func:`observe_registration_hooks`
+    destroys it again."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    return dist.group.WORLD
+
+
+class _SizedPool:
+    """The SDK's host pool with the ``logical_size`` (tokens per rank) that newer
+    controllers size their prefetch budget with."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool, self.logical_size = pool, int(pool.size)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)
+
+
+def observe_registration_hooks(sgl: Any, cc: Any, profile: Any, pool: Any) -> dict[str, Any]:
+    """Which registration hooks this release's controller calls on the backend it attaches,
+    observed: its own storage attach (``attach_storage_backend``, or the constructor of the
+    releases that attach there) runs with SGLang's factory handing it a recording backend.
+    No threads are started and no sync groups built (the instance's no-ops stand in for
+    those helpers; the TP group is a world-size-1 gloo group over an in-memory store), and
+    the constructor is stopped where it reaches the device. ``on_host_pools_registered``:
+    whether the attach called that hook (the base controller's: a subclass that registers
+    more pools after it, such as 0.5.23's hybrid controller, calls the hook itself)."""
+    import torch.distributed as dist
+    from sglang.srt.mem_cache.storage import StorageBackendFactory
+
+    had_group = dist.is_initialized()
+    rec, pool = _Recorder(), _SizedPool(pool)
+    config = _storage_config(sgl, profile, {})
+    real = StorageBackendFactory.__dict__["create_backend"]
+    StorageBackendFactory.create_backend = staticmethod(lambda *a, **kw: rec)  # type: ignore[method-assign]
+    ctl = object.__new__(cc.HiCacheController)
+    ctl._generate_storage_config = lambda *a, **kw: config
+    for name in ("_stop_storage_threads", "_start_storage_threads", "_destroy_sync_groups"):
+        setattr(ctl, name, lambda *a, **kw: None)
+    ctl._create_sync_groups = lambda *a, **kw: []
+    try:
+        if hasattr(cc.HiCacheController, "attach_storage_backend"):
+            how = "attach_storage_backend"
+            ctl.enable_storage, ctl.page_size = False, int(pool.page_size)
+            ctl.mem_pool_host = ctl.storage_host_pool = pool
+            ctl.mem_pool_device = type("DevicePool", (), {"size": 0})()
+            ctl.storage_stop_event = threading.Event()
+            for name in ("tp_group", "attn_tp_group", "attn_cp_group", "pp_group"):
+                setattr(ctl, name, _world_of_one() if name == "tp_group" else None)
+            ctl.host_memory_mode = "default"
+            ctl.prefetch_hits_sync_groups, ctl.prefetch_completion_sync_groups = [], []
+            # the releases that read the decode-context-parallel width from their parallel
+            # context: one rank (nothing is published without a server)
+            parallel = getattr(cc, "get_parallel", None)
+            for _ in range(len(_CONTROLLER_DEFAULTS) + 1):
+                rec.calls.clear()
+                try:
+                    with parallel().override(attn_dcp_size=1) if parallel else contextlib.nullcontext():
+                        ctl.attach_storage_backend("dynamic", storage_backend_extra_config={})
+                    break
+                except AttributeError as e:  # an attribute the release reads (has_draft, ...)
+                    m = re.search(r"object has no attribute '(\w+)'", str(e))
+                    if not m or m.group(1) not in _CONTROLLER_DEFAULTS or hasattr(ctl, m.group(1)):
+                        raise
+                    setattr(ctl, m.group(1), _CONTROLLER_DEFAULTS[m.group(1)]())
+        else:
+            how = "HiCacheController.__init__ with storage_backend='dynamic'"
+
+            class Device:
+                size = 0  # the storage attach sizes its prefetch budget with it
+
+                def __getattr__(self, name: str) -> Any:
+                    raise _Stop(name)
+
+            allocator = type("Allocator", (), {"get_kvcache": lambda self: Device()})()
+            args = {
+                "token_to_kv_pool_allocator": allocator,
+                "mem_pool_host": pool,
+                "page_size": int(pool.page_size),
+                "tp_group": _world_of_one(),
+                "load_cache_event": threading.Event(),
+                "storage_backend": "dynamic",
+                "storage_backend_extra_config": {},
+            }
+            try:
+                ctl.__init__(**_fill_args(cc.HiCacheController.__init__, args))
+            except _Stop as stop:
+                how += f" (stopped at the device pool's .{stop})"
+    except Exception as e:
+        return {"on_host_pools_registered": None, "error": _err(e), "calls": rec.calls}
+    finally:
+        StorageBackendFactory.create_backend = real
+        if dist.is_initialized() and not had_group:
+            dist.destroy_process_group()
+    if "register_mem_pool_host" not in rec.calls:
+        return {"on_host_pools_registered": None, "error": "no host pool registered", "calls": rec.calls}
+    return {
+        "on_host_pools_registered": "on_host_pools_registered" in rec.calls,
+        "how": f"{how}, over a recording backend",
+        "calls": rec.calls,
+    }
+
+
 def _find(attr: str, modules: tuple[str, ...]) -> Any:
     for name in modules:
         try:
@@ -296,6 +410,56 @@ def _find(attr: str, modules: tuple[str, ...]) -> Any:
 _MEM = ("sglang.srt.mem_cache.utils", "sglang.srt.mem_cache.radix_cache", "sglang.srt.mem_cache.events")
 
 
+def _salted_by_insert(radix_key: Any) -> dict[str, Any]:
+    """The releases that hash a node's pages inline, in ``HiRadixCache.insert`` (no
+    ``compute_node_hash_values``): its own ``insert`` puts the same tokens into an empty
+    tree (built without its constructor: the attributes that path reads, page size 16,
+    storage on, the release's ``get_hash_str``), with and without ``extra_key``."""
+    import functools
+    import types
+
+    hr = importlib.import_module("sglang.srt.mem_cache.hiradix_cache")
+    rc = importlib.import_module("sglang.srt.mem_cache.radix_cache")
+    get_hash_str = _find(
+        "get_hash_str", ("sglang.srt.mem_cache.hicache_storage", "sglang.srt.mem_cache.utils")
+    )
+    if get_hash_str is None:
+        return {"salted": None, "error": "no get_hash_str found"}
+    tokens = list(range(1, 33))
+
+    def hashes(**ns: Any) -> list[str]:
+        root = rc.TreeNode()
+        root.key, root.value = radix_key([], None), []
+        tree = object.__new__(hr.HiRadixCache)
+        tree.__dict__.update(
+            root_node=root,
+            page_size=16,
+            is_eagle=False,
+            enable_storage=True,
+            evictable_size_=0,
+            key_convert_fn=lambda t: t,
+            key_match_fn=functools.partial(rc._key_match_paged, page_size=16),
+            get_child_key_fn=functools.partial(rc.get_child_key, page_size=16),
+            cache_controller=types.SimpleNamespace(get_hash_str=get_hash_str, write_policy="write_back"),
+        )
+        tree.insert(radix_key(list(tokens), **ns), list(range(len(tokens))))
+        (node,) = root.children.values()
+        return list(node.hash_value)
+
+    try:
+        plain = hashes()
+        by = {"extra_key": hashes(extra_key="lora-x") != plain, "cache_salt": None}
+    except Exception as e:
+        return {"salted": None, "error": _err(e)}
+    if len(plain) != 2:
+        return {"salted": None, "error": f"{len(plain)} page hashes for 2 pages"}
+    return {
+        "salted": by["extra_key"],
+        "by": by,
+        "how": f"{hr.__name__}.HiRadixCache.insert with and without it",
+    }
+
+
 def observe_salted_seeding() -> dict[str, Any]:
     """Whether the release's storage keys of a request depend on its ``extra_key`` /
     ``cache_salt``, observed: its own ``compute_node_hash_values`` (what its radix caches
@@ -305,6 +469,8 @@ def observe_salted_seeding() -> dict[str, Any]:
 
     compute = _find("compute_node_hash_values", _MEM)
     radix_key = _find("RadixKey", ("sglang.srt.mem_cache.radix_cache", "sglang.srt.mem_cache.radix_key"))
+    if compute is None and radix_key is not None:
+        return _salted_by_insert(radix_key)
     if compute is None or radix_key is None:
         return {"salted": None, "error": "no compute_node_hash_values / RadixKey found"}
     accepts = inspect.signature(radix_key).parameters
@@ -431,6 +597,12 @@ def probe(configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             cc, MHAHostPool(64, 4, 2, 2, 8), MHAHostPool(64, 4, 1, 2, 8), profile.storage_batch_size
         )
     }
+    try:
+        doc["observed"]["registration_hooks"] = observe_registration_hooks(
+            sgl, cc, profile, MHAHostPool(64, 4, 2, 2, 8)
+        )
+    except Exception as e:
+        doc["observed"]["registration_hooks"] = {"on_host_pools_registered": None, "error": _err(e)}
     try:
         doc["observed"]["salted_seeding"] = observe_salted_seeding()
     except Exception as e:

@@ -186,6 +186,12 @@ def test_observed_facts_leave_unobserved_and_contradictions_stop(tmp_path: Path)
     seen = {"draft_key": {"suffix": ".draft"}, "salted_seeding": {"salted": True}}
     out = gen.apply_observed(p, {"0.5.14": {"probe": {"observed": seen}}})
     assert out["unobserved"] == ("calls_on_host_pools_registered",)
+    # the hook, observed on the controller's storage attach
+    hooks = {**seen, "registration_hooks": {"on_host_pools_registered": p["calls_on_host_pools_registered"]}}
+    assert gen.apply_observed(p, {"0.5.14": {"probe": {"observed": hooks}}})["unobserved"] == ()
+    other = {"registration_hooks": {"on_host_pools_registered": not p["calls_on_host_pools_registered"]}}
+    with pytest.raises(SystemExit, match=r"0\.5\.14: calls_on_host_pools_registered read from the source"):
+        gen.apply_observed(p, {"0.5.14": {"probe": {"observed": other}}})
     # not observed there (another line, or the observation failed): still unobserved
     assert gen.apply_observed(p, {"0.5.9": {"probe": {"observed": seen}}})["unobserved"] == p["unobserved"]
     failed = {"draft_key": {"suffix": None, "error": "x"}, "salted_seeding": {"salted": None}}

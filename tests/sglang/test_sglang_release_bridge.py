@@ -160,3 +160,15 @@ def test_draft_key_form_observed_is_the_profiles() -> None:
     )
     assert "error" not in seen, seen
     assert seen["suffix"] == CURRENT.draft_key_suffix, seen
+
+
+def test_registration_hooks_observed_are_the_profiles() -> None:
+    """Whether this release's controller calls ``on_host_pools_registered`` on the backend
+    it attaches, observed over a recording backend (its own storage attach, the factory
+    handing it the recorder), is the profile's ``calls_on_host_pools_registered``."""
+    from sglang.srt.managers import cache_controller as cc
+
+    seen = _probe().observe_registration_hooks(sgl, cc, CURRENT, MHAHostPool(64, 4, 2, 2, 8))
+    assert "error" not in seen, seen
+    assert seen["calls"][0] == "register_mem_pool_host", seen
+    assert seen["on_host_pools_registered"] is CURRENT.calls_on_host_pools_registered, seen
