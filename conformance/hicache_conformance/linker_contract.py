@@ -134,9 +134,11 @@ def device_pool(kind: str = "mha", seed: int | None = None) -> Any:
     return pool
 
 
-def swa_pool(seed: int | None = None) -> Any:
-    """SGLang's real CPU ``SWAKVPool`` of an SWA model (full attention on layers 0 and 2, a
-    sliding window on layer 1), random bytes from ``seed`` (else zeros)."""
+def swa_pool(
+    seed: int | None = None, *, swa_layers: tuple[int, ...] = (1,), full_layers: tuple[int, ...] = (0, 2)
+) -> Any:
+    """SGLang's real CPU ``SWAKVPool`` of an SWA model (by default full attention on layers 0
+    and 2, a sliding window on layer 1), random bytes from ``seed`` (else zeros)."""
     from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 
     pool = SWAKVPool(
@@ -146,8 +148,8 @@ def swa_pool(seed: int | None = None) -> Any:
         dtype=torch.bfloat16,
         head_num=2,
         head_dim=8,
-        swa_attention_layer_ids=[1],
-        full_attention_layer_ids=[0, 2],
+        swa_attention_layer_ids=list(swa_layers),
+        full_attention_layer_ids=list(full_layers),
         device="cpu",
     )
     fill_buffers(
@@ -191,19 +193,7 @@ def mamba_pools(kind: str = "mla", seed: int | None = None, *, swa: bool = False
         enable_overlap_schedule=False,
     )
     if swa:
-        from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
-
-        kvcache: Any = SWAKVPool(
-            size=TOKENS,
-            size_swa=TOKENS // 2,
-            page_size=PAGE,
-            dtype=torch.bfloat16,
-            head_num=2,
-            head_dim=8,
-            swa_attention_layer_ids=[2],
-            full_attention_layer_ids=[0],
-            device="cpu",
-        )
+        kvcache: Any = swa_pool(swa_layers=(2,), full_layers=(0,))
         subs = [kvcache.full_kv_pool, kvcache.swa_kv_pool]
     else:
         kvcache = HybridLinearKVPool(
