@@ -31,7 +31,7 @@ def test_both_routes_collect_the_same_tests(routes: Routes, label: str) -> None:
     assert len(check_ids) > 60, routes.output
     assert sorted(file_ids) == sorted(check_ids), sorted(set(file_ids) ^ set(check_ids))
     transport = [t for t in check_ids if t.startswith("test_transport_")]
-    assert len(transport) == 12, transport
+    assert len(transport) == 13, transport
 
 
 @pytest.mark.parametrize("label", LABELS)
