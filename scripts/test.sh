@@ -22,7 +22,6 @@ step() { printf '== %s  [%dm%02ds]\n' "$1" $(((SECONDS - t0) / 60)) $(((SECONDS 
 # Imports write their bytecode (our packages, the tests' assertion rewrites): the test
 # processes and the many subprocesses they start then compile each module once.
 unset PYTHONDONTWRITEBYTECODE
-scripts/setup.sh
 export CI="${CI:-1}"   # hypothesis "ci" profile: derandomized, bounded examples
 # pytest workers: the tests mostly wait on servers and subprocesses, so one more than the cores.
 workers="${HICACHE_TEST_WORKERS:-$(( $(nproc) + 1 ))}"
@@ -49,6 +48,7 @@ finish() {
 }
 
 if [ "$quick" = 1 ]; then
+    scripts/setup.sh
     step "ruff"
     .venv/bin/ruff check .
     .venv/bin/ruff format --check .
@@ -61,21 +61,22 @@ if [ "$quick" = 1 ]; then
 fi
 
 # The steps below share 2 cores: what waits on servers and subprocesses overlaps with what
-# computes. In the background: the SGLang and LMCache environments (tox runs each env's
+# computes. First, beside the setup (pip installs one package at a time): the install without
+# a C compiler, then the core tests in it. The core tests (tests/) run once, there; the main
+# run below has only the kit's, which compare the compiled copy extension with its fallback.
+ids_dir="$(mktemp -d)"
+bg_logs+=("$ids_dir")
+start nocc_log nocc_pid env HICACHE_COLLECTED_IDS="$ids_dir/core" \
+    scripts/nocompiler_check.sh -p no:cacheprovider -n 2
+scripts/setup.sh
+# Then, in the background: the SGLang and LMCache environments (tox runs each env's
 # install commands, then only asks pytest for its version; their tests then run straight in
-# the built env, without a second round of installs), the install without a C compiler with
-# the core tests, and the static checks.
+# the built env, without a second round of installs), and the static checks.
 envs=".venv/bin/tox -q -e sglang -- --version"
 if [ "${HICACHE_TEST_LMCACHE:-0}" = 1 ]; then
     envs="$envs && .venv/bin/tox -q -e lmcache -- --version"
 fi
 start envs_log envs_pid sh -c "$envs"
-ids_dir="$(mktemp -d)"
-bg_logs+=("$ids_dir")
-# The core tests (tests/) run once, in the no-compiler install; the main run below has only
-# the kit's, which compare the compiled copy extension with its fallback.
-start nocc_log nocc_pid env HICACHE_COLLECTED_IDS="$ids_dir/core" \
-    scripts/nocompiler_check.sh -p no:cacheprovider -n 2
 step "ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
