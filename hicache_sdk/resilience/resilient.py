@@ -632,36 +632,72 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads, 
             if self._expired(op, end):
                 return False
             offs, need = Staging.slots(sizes[a:b])
-            buf = self._staging.acquire(need)
+            buf = self._acquire_staging(need)
             if buf is None:
-                self._metrics.count("staging_exhausted")
-                self._metrics.error("staging_exhausted")
                 return False
             starts = [buf.address + o for o in offs]
             staged = [[seg] for seg in zip(starts, sizes[a:b])]
-            try:
-                if op == "write":
-                    copy_runs(Staging.runs(True, starts, buffers[a:b]))
-                    self._metrics.count("staging_copies_out", b - a)
-                status, got = self._call(
-                    op, self._move(op, keys[a:b], staged), end, release=self._releaser(buf)
-                )
-            except BaseException:
-                self._staging.release(buf)
-                raise
-            if status == _ABANDONED:
-                return False  # staging is released by the late hook, when the I/O ends
-            try:
-                if status != _OK or got is None:
-                    return False
+
+            def copy_out(a: int = a, b: int = b, starts: list[int] = starts) -> None:
+                copy_runs(Staging.runs(True, starts, buffers[a:b]))
+                self._metrics.count("staging_copies_out", b - a)
+
+            def copy_in(got: list[Any], a: int = a, b: int = b, starts: list[int] = starts) -> None:
                 if op == "read" and any(got):
                     keep = range(b - a) if all(got) else [i for i, g in enumerate(got) if g]
                     copy_runs(Staging.runs(False, [starts[i] for i in keep], [buffers[a + i] for i in keep]))
                     self._metrics.count("staging_copies_in", len(keep))
-                out[a:b] = map(bool, got)
-            finally:
-                self._staging.release(buf)
+
+            got = self._call_staged(
+                op,
+                self._move(op, keys[a:b], staged),
+                end,
+                buf,
+                copy_in,
+                before=copy_out if op == "write" else None,
+            )
+            if got is None:
+                return False
+            out[a:b] = map(bool, got)
         return True
+
+    def _acquire_staging(self, need: int) -> Any:
+        """A staging buffer of ``need`` bytes, or ``None`` (counted) when staging is exhausted."""
+        buf = self._staging.acquire(need)
+        if buf is None:
+            self._metrics.count("staging_exhausted")
+            self._metrics.error("staging_exhausted")
+        return buf
+
+    def _call_staged(
+        self,
+        op: str,
+        job: Callable[[], Any],
+        end: float | None,
+        buf: Any,
+        copy_in: Callable[[Any], None],
+        *,
+        before: Callable[[], None] | None = None,
+    ) -> Any:
+        """``before()``, then ``job`` through :meth:`_call` with the staging buffer ``buf``, then
+        ``copy_in(answers)``; the answers, or ``None`` for a call that failed or ran out of
+        time. ``buf`` is released here, or by the late hook once an abandoned I/O ends."""
+        try:
+            if before is not None:
+                before()
+            status, got = self._call(op, job, end, release=self._releaser(buf))
+        except BaseException:
+            self._staging.release(buf)
+            raise
+        if status == _ABANDONED:
+            return None  # staging is released by the late hook, when the I/O ends
+        try:
+            if status != _OK or got is None:
+                return None
+            copy_in(got)
+            return got
+        finally:
+            self._staging.release(buf)
 
     def _releaser(self, buf: StagingBuffer) -> Callable[[], None]:
         return lambda: self._staging.release(buf)
@@ -758,10 +794,8 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads, 
                 return False
             flat = [nb for c in checked[a:b] for _, nb, _ in c]
             offs, need = Staging.slots(flat)
-            buf = self._staging.acquire(need)
+            buf = self._acquire_staging(need)
             if buf is None:
-                self._metrics.count("staging_exhausted")
-                self._metrics.error("staging_exhausted")
                 return False
             starts = [buf.address + o for o in offs]
             staged: list[list[Range]] = []
@@ -769,18 +803,8 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads, 
             for c in checked[a:b]:
                 staged.append([(off, [(starts[pos + j], nb)]) for j, (off, nb, _) in enumerate(c)])
                 pos += len(c)
-            try:
-                status, got = self._call(
-                    "read", self._ranges_job(keys[a:b], staged), end, release=self._releaser(buf)
-                )
-            except BaseException:
-                self._staging.release(buf)
-                raise
-            if status == _ABANDONED:
-                return False  # staging is released by the late hook, when the I/O ends
-            try:
-                if status != _OK or got is None:
-                    return False
+
+            def copy_in(got: list[bool], a: int = a, b: int = b, starts: list[int] = starts) -> None:
                 runs: list[tuple[int, int, int]] = []
                 pos = 0
                 for i, c in enumerate(checked[a:b]):
@@ -790,9 +814,11 @@ class ResilientTransport(Transport, DeadlineScoped, SizedTransfer, RangedReads, 
                 copy_runs(runs)
                 if runs:
                     self._metrics.count("staging_copies_in", sum(got))
-                out[a:b] = got
-            finally:
-                self._staging.release(buf)
+
+            got = self._call_staged("read", self._ranges_job(keys[a:b], staged), end, buf, copy_in)
+            if got is None:
+                return False
+            out[a:b] = got
         return True
 
     # -- Transport: the rest ---------------------------------------------------------------
