@@ -63,6 +63,7 @@ collect_ignore = (
         "defects",
         "test_sglang_metric_names.py",
         "test_sglang_linker.py",
+        "test_sglang_linker_dsa.py",
         "test_sglang_linker_wrapper.py",
         "test_sglang_linker_conformance.py",
         "test_sglang_linker_bench.py",

@@ -105,16 +105,17 @@ def build(
     components: set[Any] | None = None,
     module_class: tuple[str, str] | None = None,
     req_pool: Any = None,
+    page_size: int = PAGE_SIZE,
 ) -> Any:
     """A linker built by SGLang's own factory over ``pool`` (``req_pool``: the request
-    pool, which holds a hybrid Mamba model's state)."""
+    pool, which holds a hybrid Mamba model's state; ``page_size``: the tree's page size)."""
     if module_class is not None:
         config = {**config, "linker_module_path": module_class[0], "linker": module_class[1]}
     params = CacheInitParams(
         disable=False,
         req_to_token_pool=req_pool,
         token_to_kv_pool_allocator=SimpleNamespace(get_kvcache=lambda: pool),
-        page_size=PAGE_SIZE,
+        page_size=page_size,
     )
     server_args = SimpleNamespace(model_path=model, tp_size=1)
     return create_unified_cache_linker(

@@ -14,6 +14,7 @@ import torch
 from hicache_sdk.errors import ConfigError
 from hicache_sdk.memory import MemoryStorage
 from hicache_sdk.sglang.linker import DeviceKVView, LinkerSettings, layer_ranges
+from hicache_sdk.sglang.linker.group import LogicalKVAnchor, PoolEntryView
 from hicache_sdk.sglang.linker.staging import StagingRing
 from hicache_sdk.sglang.linker.view import layer_groups
 from hicache_sdk.spec import HiCacheStorageConfig
@@ -122,5 +123,36 @@ def test_staging_ring_round_trip() -> None:
         assert done == list(range(LAYERS))
         with pytest.raises(OSError, match="did not load"):
             ring.load(store, SimpleNamespace(complete=complete), 1, [keys[0], "f" * 64], torch.arange(16, 24))
+    finally:
+        store.close()
+
+
+def test_pool_entry_view_with_page_rows_through_the_ring() -> None:
+    """A view of one entry of SGLang's pool group whose rows are whole pages (an indexer):
+    a page is each buffer's row of that page, in order; through the staging ring (pool
+    ``indexer``) its pages move row by row, into other pages."""
+    gen = torch.Generator().manual_seed(5)
+    bufs = [torch.randint(0, 256, (6, 24), dtype=torch.uint8, generator=gen) for _ in range(2)]
+    view = PoolEntryView("indexer", [bufs], PAGE, PAGE, kind="indexer", geometry={"layer_num": 2})
+    assert (view.size, view.layer_num, view.dtype, view.hicache_pool_kind) == (24, 2, torch.uint8, "indexer")
+    ptrs, sizes = view.get_page_buffer_meta(torch.arange(8, 16))
+    assert ptrs == [b.data_ptr() + r * 24 for r in (2, 3) for b in bufs] and sizes == [24] * 4
+    with pytest.raises(ValueError, match="slots beyond the pool"):
+        view.get_page_buffer_meta(torch.arange(24, 28))
+    with pytest.raises(ConfigError, match="a row holds 2 slots"):
+        PoolEntryView("indexer", [bufs], PAGE, 2)
+    ring = StagingRing(None, view, pages=1, name="indexer")
+    store = MemoryStorage(HiCacheStorageConfig(model_name="unit"), {"store": "linker-unit-entry"})
+    try:
+        store.register_mem_pool_host(LogicalKVAnchor(PAGE, torch.device("cpu")))
+        store.register_mem_host_pool_v2(ring.mirror, "indexer")
+        keys = [hashlib.sha256(f"entry-{i}".encode()).hexdigest() for i in range(2)]
+        want = [b[1:3].clone() for b in bufs]
+        assert ring.offload(store, keys, torch.arange(4, 12), None) is True
+        for b in bufs:
+            b.zero_()
+        ring.load(store, SimpleNamespace(), 0, keys, torch.arange(12, 20), complete=False)
+        assert all(torch.equal(b[3:5], w) for b, w in zip(bufs, want))
+        assert not any(b[1:3].any() for b in bufs)
     finally:
         store.close()

@@ -458,7 +458,9 @@ def test_swa_model_windows_lookup_load_and_offload(tmp_path: Path) -> None:
             assert reader.lookup("o", swa_transfers(other, None, other[1:], None)) == [2]
         finally:
             ringed.close()
-        with pytest.raises(ConfigError, match="an SWA or Mamba model loads its pools page by page"):
+        with pytest.raises(
+            ConfigError, match="beside its KV \\(SWA, Mamba, DSA, DeepSeek V4\\) loads its pools page by page"
+        ):
             build(
                 swa_pool(), linker_config("file", cfg, ranged_reads=True), model=model, components=components
             )

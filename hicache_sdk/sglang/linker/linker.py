@@ -33,29 +33,48 @@ pages are written by TP rank 0 only (``offload`` on another rank stores none of 
 reports success, as SGLang's Mooncake linker does); ``reset`` waits for every queued load
 and offload and drops queued loads and unconsumed results; ``close`` is idempotent.
 
-Scope: plain MHA and MLA models (the ``FULL`` component); SWA models (``FULL`` and ``SWA``:
-an ``SWAKVPool`` whose full and SWA sub-pools are plain MHA or MLA pools); and hybrid Mamba
-models (``FULL`` and ``MAMBA``: a ``HybridLinearKVPool`` over a plain MHA or MLA pool, with
-the ``MambaPool`` of SGLang's ``HybridReqToTokenPool``; and ``FULL``, ``SWA`` and ``MAMBA``).
-SGLang's own view builder refuses plain and SWA-only models, and Mamba over an MHA pool, so
-every view is built from the pools' public buffers (:mod:`.view`). Beside ``kv`` the backend
+Scope, and where each view comes from. SGLang's own pool-view builder
+(``resolve_hybrid_device_pool_group``) is used where it serves a model the public-buffer
+views do not: DSA models (a ``DSATokenToKVPool``, ``FULL``: the MLA pool and its indexer)
+and DeepSeek V4 models (a ``DeepSeekV4TokenToKVPool``, with the components SGLang pairs
+with it: ``FULL`` and ``SWA``, or ``FULL``, ``SWA`` and ``C128``). Each physical pool of its
+group (``kv``, ``indexer``; V4's ``swa``, ``deepseek_v4_c4``, ``deepseek_v4_c128``, their
+indexer and compress-state pools, ...) is registered under its own name through
+:class:`~.group.PoolEntryView` (one object per page: the entry's page segments in order); a
+group without a KV pool (V4) registers a logical ``kv`` anchor, so the other pools alone
+decide a hit. SGLang's ``resolve_transfers`` expands the ``kv`` and ``swa`` transfers into
+one per physical pool, with the ``ALL_PAGES`` rule for the pools the KV pages address and
+the source's rule (the SWA window's ``TRAILING_PAGES``) for the others. SGLang marks these
+groups rank-replicated: TP rank 0 writes every pool, other ranks store nothing and report
+success, and the keys carry no rank.
+
+Every other model gets views built from the pools' public buffers (:mod:`.view`), where
+SGLang's builder refuses it or serves it only in part: plain MHA and MLA models (the
+``FULL`` component); SWA models (``FULL`` and ``SWA``: an ``SWAKVPool`` whose full and SWA
+sub-pools are plain MHA or MLA pools); and hybrid Mamba models (``FULL`` and ``MAMBA``: a
+``HybridLinearKVPool`` over a plain MHA or MLA pool, with the ``MambaPool`` of SGLang's
+``HybridReqToTokenPool``; and ``FULL``, ``SWA`` and ``MAMBA``). Beside ``kv`` the backend
 holds the pools ``swa`` (the SWA layers' pages of the trailing window, SGLang's
 ``TRAILING_PAGES`` rule) and ``mamba`` (one state slot a page, stored under the last page
 of each node: ``TRAILING_PAGES`` with a window of one page), as the HiCache path names them.
-``lookup`` is the same ``batch_exists_v2`` fold over every pool, so its set of restorable
-lengths is sparse (a length needs its window's SWA pages and its Mamba state); a load reads
-every pool's pages whole and then completes every layer (the layer counter spans the
-stage's layers, and is registered with the request pool, where the Mamba layers wait); an
-offload stores every pool's pages, atomically as one result (the Mamba state is rank-local:
-every rank writes it, also beside MLA pages). Other components (``C128``, ...), and pools
-holding state the views would not move (scaled KV caches, Mamba side states), are refused
-at construction with a ``ConfigError`` naming them. CPU device pools are read and written
-in place; other device pools (CUDA) go through a host staging ring per pool
-(:mod:`.staging`).
+
+For every model with pools beside its KV, ``lookup`` is the same ``batch_exists_v2`` fold
+over every pool, so its set of restorable lengths can be sparse (a length needs its
+window's SWA pages, its Mamba state, its indexer pages); a load reads every pool's pages
+whole and then completes every layer (the layer counter spans the stage's layers; for
+Mamba it is registered with the request pool, where the Mamba layers wait); an offload
+stores every pool's pages, atomically as one result (the Mamba state is rank-local: every
+rank writes it, also beside MLA pages). What neither path serves is refused at
+construction with a ``ConfigError`` naming it: components a pool does not pair with,
+pools holding state the views would not move (scaled KV caches, Mamba side states, a DSA
+pool under a Mamba model, a MiniMax sparse pool), and what SGLang's builder refuses
+(HiSparse DeepSeek V4, encoder SWA replay, ...). CPU device pools are read and written in place; other device pools (CUDA)
+go through a host staging ring per pool (:mod:`.staging`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -66,6 +85,7 @@ import torch
 
 from ...errors import ConfigError
 from ...spec import HiCacheStorageExtraInfo, PoolName, PoolTransfer, pool_name_str
+from .group import LogicalKVAnchor, group_views, sglang_pool_group
 from .layerwise import RangedLoader, ranged_reads_usable
 from .setup import LinkerSettings, model_name_of, rank_of
 from .staging import StagingRing
@@ -130,17 +150,87 @@ class TransportLinker(_Base):
         self.forward_stream = forward_stream
         self.settings = LinkerSettings.from_mapping(extra_config)
         names = _component_names(components)
+        self.page_size = int(params.page_size)
+        kvcache = params.token_to_kv_pool_allocator.get_kvcache()
+        #: SGLang's own pool group, for the models its view builder serves that the views
+        #: from public buffers do not (DSA, DeepSeek V4); ``None`` otherwise
+        self.group = sglang_pool_group(kvcache, params, components or (), self.page_size)
+        self.swa_view: DeviceKVView | None = None
+        self.mamba_view: DeviceMambaView | None = None
+        if self.group is not None:
+            self._views: dict[str, Any] = dict(group_views(self.group))
+            self.num_layers = int(self.group.num_layers)
+            self.view: Any = self._views.get(_KV) or LogicalKVAnchor(
+                self.page_size, next(iter(self._views.values())).device
+            )
+            self.pools: dict[Any, Any] = {
+                e.name: self._views[pool_name_str(e.name)] for e in self.group.entries
+            }
+        else:
+            self._public_buffer_views(kvcache, params, names)
+        self._rings: dict[str, StagingRing] = {}
+        for name, view in self._views.items():
+            ring = self._staging_ring(kvcache, view, name)
+            if ring is not None:
+                self._rings[name] = ring
+        self.ring = self._rings.get(_KV)
+        self.swa_ring = self._rings.get(_SWA)
+        self.mamba_ring = self._rings.get(_MAMBA)
+        #: pools beside KV (SWA, Mamba, an indexer, ...): such a model loads whole pages,
+        #: then every layer
+        self.hybrid = self.group is not None or len(self._views) > 1
+        self.tp_rank, self.tp_size = rank_of(self.settings, server_args, params)
+        if self.group is not None:
+            # SGLang marks its DSA and DeepSeek V4 groups rank-replicated: rank 0 writes
+            # every pool, and the keys carry no rank (as its Mooncake linker does)
+            self.mla = bool(self.group.rank_replicated)
+            self.offload_owner = not self.mla or self.tp_rank == 0
+        else:
+            self.mla = self.view.hicache_pool_kind == "mla"
+            # MLA KV pages are written by TP rank 0 only; a rank-sharded pool beside them
+            # (Mamba state) by every rank (the backend skips the rank-replicated pools on
+            # other ranks)
+            self.offload_owner = not self.mla or self.tp_rank == 0 or self.mamba_view is not None
+        self.store = self._build_store(server_args, params)
+        if self.hybrid and self.settings.ranged_reads:
+            self.store.close()
+            raise ConfigError(
+                "ranged_reads: a model with pools beside its KV (SWA, Mamba, DSA, DeepSeek V4) "
+                "loads its pools page by page, not layer by layer"
+            )
+        self._ranged = self._ranged_loader() if not self._rings and not self.hybrid else None
+        self.layer_done_counter = LayerWiseLoadCounter(self.num_layers)
+        if self.mamba_view is not None:
+            # the Mamba layers wait on the counter through the request pool, as SGLang's
+            # Mooncake linker sets it up
+            register = getattr(params.req_to_token_pool, "register_layer_transfer_counter", None)
+            if callable(register):
+                register(self.layer_done_counter)
+        self._pending: dict[str, dict[str, _Batch]] = {}
+        self._lock = threading.Lock()
+        self._loads: queue.Queue[tuple[int, list[dict[str, _Batch]], Any] | None] = queue.Queue()
+        self._offloads: queue.Queue[tuple[dict[str, _Batch], list[Any], Optional[str]] | None] = queue.Queue()
+        self._results: queue.Queue[bool] = queue.Queue()
+        self._closed = False
+        self._load_thread = threading.Thread(target=self._load_loop, daemon=True, name="hicache-linker-load")
+        self._offload_thread = threading.Thread(
+            target=self._offload_loop, daemon=True, name="hicache-linker-offload"
+        )
+        self._load_thread.start()
+        self._offload_thread.start()
+
+    # -- construction ------------------------------------------------------------------------
+    def _public_buffer_views(self, kvcache: Any, params: Any, names: list[str]) -> None:
+        """The views of a model SGLang's view builder does not serve, from the pools'
+        public buffers (plain, SWA and Mamba models)."""
         unsupported = [n for n in names if n not in SUPPORTED_COMPONENTS]
         if unsupported:
             raise ConfigError(
-                "TransportLinker serves the FULL component (plain MHA and MLA models), FULL + SWA "
-                "(SWA models), FULL + MAMBA and FULL + SWA + MAMBA (hybrid Mamba models); "
-                f"unsupported components: {unsupported}"
+                f"TransportLinker serves {type(kvcache).__name__} with the FULL component (plain "
+                "MHA and MLA models), FULL + SWA (SWA models), FULL + MAMBA and FULL + SWA + MAMBA "
+                "(hybrid Mamba models), and DSA and DeepSeek V4 pools with the components SGLang's "
+                f"view builder pairs with them; unsupported components: {unsupported}"
             )
-        self.page_size = int(params.page_size)
-        kvcache = params.token_to_kv_pool_allocator.get_kvcache()
-        self.swa_view: DeviceKVView | None = None
-        self.mamba_view: DeviceMambaView | None = None
         if "SWA" in names:
             full, swa = self._swa_pools(kvcache)
             self.view = DeviceKVView(full, self.page_size)
@@ -165,60 +255,15 @@ class TransportLinker(_Base):
         if "MAMBA" in names:
             self.mamba_view = self._mamba_view(params.req_to_token_pool)
             self.num_layers = self._hybrid_layer_count(kvcache, params.req_to_token_pool)
-        self.ring = self._staging_ring(kvcache, self.view)
-        self.swa_ring = (
-            self._staging_ring(kvcache, self.swa_view, PoolName.SWA) if self.swa_view is not None else None
-        )
-        self.mamba_ring = (
-            self._staging_ring(kvcache, self.mamba_view, PoolName.MAMBA)
-            if self.mamba_view is not None
-            else None
-        )
-        self._views: dict[str, Any] = {_KV: self.view}
+        self._views = {_KV: self.view}
+        self.pools = {PoolName.KV: self.view}
         if self.swa_view is not None:
             self._views[_SWA] = self.swa_view
-        if self.mamba_view is not None:
-            self._views[_MAMBA] = self.mamba_view
-        #: the pools beside KV (SWA, Mamba): such a model loads whole pages, then every layer
-        self.hybrid = len(self._views) > 1
-        self.tp_rank, self.tp_size = rank_of(self.settings, server_args, params)
-        self.mla = self.view.hicache_pool_kind == "mla"
-        # MLA KV pages are written by TP rank 0 only; a rank-sharded pool beside them (Mamba
-        # state) by every rank (the backend skips the rank-replicated pools on other ranks)
-        self.offload_owner = not self.mla or self.tp_rank == 0 or self.mamba_view is not None
-        self.store = self._build_store(server_args, params)
-        if self.hybrid and self.settings.ranged_reads:
-            self.store.close()
-            raise ConfigError(
-                "ranged_reads: an SWA or Mamba model loads its pools page by page, not layer by layer"
-            )
-        self._ranged = self._ranged_loader() if self.ring is None and not self.hybrid else None
-        self.pools: dict[Any, Any] = {PoolName.KV: self.view}
-        if self.swa_view is not None:
             self.pools[PoolName.SWA] = self.swa_view
         if self.mamba_view is not None:
+            self._views[_MAMBA] = self.mamba_view
             self.pools[PoolName.MAMBA] = self.mamba_view
-        self.layer_done_counter = LayerWiseLoadCounter(self.num_layers)
-        if self.mamba_view is not None:
-            # the Mamba layers wait on the counter through the request pool, as SGLang's
-            # Mooncake linker sets it up
-            register = getattr(params.req_to_token_pool, "register_layer_transfer_counter", None)
-            if callable(register):
-                register(self.layer_done_counter)
-        self._pending: dict[str, dict[str, _Batch]] = {}
-        self._lock = threading.Lock()
-        self._loads: queue.Queue[tuple[int, list[dict[str, _Batch]], Any] | None] = queue.Queue()
-        self._offloads: queue.Queue[tuple[dict[str, _Batch], list[Any], Optional[str]] | None] = queue.Queue()
-        self._results: queue.Queue[bool] = queue.Queue()
-        self._closed = False
-        self._load_thread = threading.Thread(target=self._load_loop, daemon=True, name="hicache-linker-load")
-        self._offload_thread = threading.Thread(
-            target=self._offload_loop, daemon=True, name="hicache-linker-offload"
-        )
-        self._load_thread.start()
-        self._offload_thread.start()
 
-    # -- construction ------------------------------------------------------------------------
     @staticmethod
     def _swa_pools(kvcache: Any) -> tuple[Any, Any]:
         """The full and SWA sub-pools of an SWA model's ``SWAKVPool``; ``ConfigError`` for
@@ -334,16 +379,17 @@ class TransportLinker(_Base):
             extra_config={},
         )
         store = create_backend(self.settings.backend, storage_config, dict(self.settings.backend_config))
-        host_view = self.ring.mirror if self.ring is not None else self.view
+        hosts = {
+            name: self._rings[name].mirror if name in self._rings else v for name, v in self._views.items()
+        }
+        anchor = hosts.get(_KV, self.view)  # a group without a KV pool: a logical anchor
         try:
-            store.register_mem_pool_host(host_view)
-            store.register_mem_host_pool_v2(host_view, PoolName.KV)
-            if self.swa_view is not None:
-                swa_host = self.swa_ring.mirror if self.swa_ring is not None else self.swa_view
-                store.register_mem_host_pool_v2(swa_host, PoolName.SWA)
-            if self.mamba_view is not None:
-                mamba_host = self.mamba_ring.mirror if self.mamba_ring is not None else self.mamba_view
-                store.register_mem_host_pool_v2(mamba_host, PoolName.MAMBA)
+            store.register_mem_pool_host(anchor)
+            store.register_mem_host_pool_v2(anchor, PoolName.KV)
+            for key in self.pools:
+                name = pool_name_str(key)
+                if name != _KV:
+                    store.register_mem_host_pool_v2(hosts[name], key)
         except BaseException:
             store.close()
             raise
@@ -366,39 +412,81 @@ class TransportLinker(_Base):
     # -- arguments ---------------------------------------------------------------------------
     def _batches(self, transfers: Sequence[Any], op: str) -> dict[str, _Batch] | None:
         """Each pool's keys and device slots, the KV pool first (``None`` when the KV
-        transfer has no keys); ``ValueError`` naming what is wrong."""
-        if not isinstance(transfers, (list, tuple)):
-            raise ValueError(
-                f"{op}: transfers must be a list of PoolTransfer, got {type(transfers).__name__}"
-            )
-        names = [pool_name_str(getattr(t, "name", None)) for t in transfers]
-        others = [n for n in names if n not in self._views]
-        if others:
-            raise ValueError(
-                f"{op}: TransportLinker serves the pools {sorted(self._views)} here, got transfers for {others}"
-            )
+        transfer has no keys; for SGLang's pool group, when it resolves to none: see
+        :meth:`_resolve`); ``ValueError`` naming what is wrong."""
+        names = self._names(transfers, op)
+        if self.group is not None:
+            load = op == "load"
+            resolved = self._resolve(transfers, names, allow_partial=True, allow_missing_kv=load)
+            out = {}
+            for t in resolved:
+                name = pool_name_str(t.name)
+                batch = self._batch(t.keys, t.host_indices, name, op)
+                if batch is not None:
+                    out[name] = batch
+            return out or None
         if names.count(_KV) != 1:
             raise ValueError(f"{op}: expected one KV transfer, got {names.count(_KV)}")
-        if len(set(names)) != len(names):
-            raise ValueError(f"{op}: more than one transfer for a pool: {names}")
-        out: dict[str, _Batch] = {}
+        out = {}
         for name in sorted(names, key=lambda n: n != _KV):
-            batch = self._batch(transfers[names.index(name)], name, op)
+            t = transfers[names.index(name)]
+            indices = t.device_indices if t.device_indices is not None else t.host_indices
+            batch = self._batch(t.keys, indices, name, op)
             if batch is None and name == _KV:
                 return None
             if batch is not None:
                 out[name] = batch
         return out
 
-    def _batch(self, t: Any, name: str, op: str) -> _Batch | None:
-        keys = list(t.keys or [])
+    def _names(self, transfers: Sequence[Any], op: str) -> list[str]:
+        """The pool name of each transfer; ``ValueError`` for a pool this linker does not
+        serve, or two transfers of one pool."""
+        if not isinstance(transfers, (list, tuple)):
+            raise ValueError(
+                f"{op}: transfers must be a list of PoolTransfer, got {type(transfers).__name__}"
+            )
+        names = [pool_name_str(getattr(t, "name", None)) for t in transfers]
+        served = self._logical_pools()
+        others = [n for n in names if n not in served]
+        if others:
+            raise ValueError(
+                f"{op}: TransportLinker serves the pools {served} here, got transfers for {others}"
+            )
+        if len(set(names)) != len(names):
+            raise ValueError(f"{op}: more than one transfer for a pool: {names}")
+        return names
+
+    def _logical_pools(self) -> list[str]:
+        """The pools SGLang's transfers name: the views' pools, or for SGLang's pool group
+        the pools its entries take their keys and slots from (``kv``, ``swa``)."""
+        if self.group is None:
+            return sorted(self._views)
+        return sorted({pool_name_str(s) for s in self.group.sources.values()})
+
+    def _resolve(
+        self, transfers: Sequence[Any], names: list[str], *, allow_partial: bool, allow_missing_kv: bool
+    ) -> list[Any]:
+        """SGLang's pool group's expansion of the transfers into one per physical pool
+        (``DevicePoolGroup.resolve_transfers``: each entry takes its source's keys and
+        slots, and the ``ALL_PAGES`` rule when the source is the KV pool, the source's
+        rule otherwise); ``[]`` when it finds nothing to move."""
+        assert self.group is not None
+        sources = {pool_name_str(s): s for s in self.group.sources.values()}
+        named = [
+            t if t.name is sources[n] else dataclasses.replace(t, name=sources[n])
+            for t, n in zip(transfers, names)
+        ]
+        resolved: list[Any] = self.group.resolve_transfers(
+            named, allow_partial=allow_partial, allow_missing_kv=allow_missing_kv
+        )
+        return resolved
+
+    def _batch(self, keys: Any, indices: Any, name: str, op: str) -> _Batch | None:
+        keys = list(keys or [])
         if not keys:
             return None
         if not all(isinstance(k, str) for k in keys):
             raise ValueError(f"{op}: transfer keys must be str")
-        indices = t.device_indices
-        if indices is None:
-            indices = t.host_indices
         if not isinstance(indices, torch.Tensor):
             raise ValueError(f"{op}: the {name} transfer has no device_indices tensor")
         indices = indices.detach().to(device="cpu", dtype=torch.int64).flatten()
@@ -425,18 +513,24 @@ class TransportLinker(_Base):
         """Every prefix length (pages) that can be restored, ascending: the backend's
         ``batch_exists_v2`` fold over the KV pages and each other pool's transfer (an SWA
         model's trailing window: a length needs the window's SWA pages too, so the set is
-        sparse); local to this rank (keys carry the rank where the pages are rank-local).
-        An I/O failure is a miss (``[]``)."""
-        kv = [t for t in transfers if pool_name_str(getattr(t, "name", None)) == _KV]
-        keys = list(kv[0].keys or []) if kv else []
+        sparse; for SGLang's pool group, every pool it resolves the transfers to); local to
+        this rank (keys carry the rank where the pages are rank-local). An I/O failure is a
+        miss (``[]``)."""
+        names = [pool_name_str(getattr(t, "name", None)) for t in transfers]
+        keys = list(transfers[names.index(_KV)].keys or []) if _KV in names else []
         if not keys:
             return []
-        extra = [t for t in transfers if pool_name_str(getattr(t, "name", None)) != _KV]
-        unknown = [pool_name_str(t.name) for t in extra if pool_name_str(t.name) not in self._views]
+        served = self._logical_pools()
+        unknown = [n for n in names if n not in served]
         if unknown:
-            raise ValueError(
-                f"lookup: TransportLinker serves the pools {sorted(self._views)} here, got {unknown}"
-            )
+            raise ValueError(f"lookup: TransportLinker serves the pools {served} here, got {unknown}")
+        if self.group is not None:
+            resolved = self._resolve(transfers, names, allow_partial=False, allow_missing_kv=False)
+            if not resolved:  # a pool's transfer is missing: nothing is restorable
+                return []
+            extra = [t for t in resolved if pool_name_str(t.name) != _KV]
+        else:
+            extra = [t for t, n in zip(transfers, names) if n != _KV]
         try:
             result = self.store.batch_exists_v2(keys, extra)
         except ValueError:
@@ -539,16 +633,16 @@ class TransportLinker(_Base):
                 pass
 
     def _load_pools(self, index: int, loads: list[dict[str, _Batch]]) -> None:
-        """An SWA or Mamba model's batch: every pool's pages whole, then every layer
-        completes."""
+        """A batch of a model with pools beside its KV (SWA, Mamba, SGLang's pool group):
+        every pool's pages whole, then every layer completes."""
         counter = self.layer_done_counter
         per_pool: dict[str, list[_Batch]] = {}
         for load in loads:
             for name, b in load.items():
                 per_pool.setdefault(name, []).append(b)
-        if self.ring is not None:
+        if self._rings:
             for name, batches in per_pool.items():
-                ring = self._ring_of(name)
+                ring = self._rings[name]
                 rows = torch.cat([b.indices for b in batches])
                 ring.load(
                     self.store, counter, index, [k for b in batches for k in b.keys], rows, complete=False
@@ -562,11 +656,6 @@ class TransportLinker(_Base):
                 raise LinkerLoadError(f"{missing} of {len(got)} pages did not load")
         for layer in range(self.num_layers):  # every pool's bytes are in the device pools
             counter.complete(index, layer)
-
-    def _ring_of(self, name: str) -> StagingRing:
-        ring = {_KV: self.ring, _SWA: self.swa_ring, _MAMBA: self.mamba_ring}[name]
-        assert ring is not None
-        return ring
 
     # -- offloads ----------------------------------------------------------------------------
     def offload(self, transfers: list[Any], session_id: Optional[str] = None) -> bool:
@@ -598,9 +687,9 @@ class TransportLinker(_Base):
             for event in events:
                 event.synchronize()
             info = HiCacheStorageExtraInfo(extra_info={"session_id": session_id}) if session_id else None
-            if self.ring is not None:
+            if self._rings:
                 for name, b in batch.items():
-                    ring = self._ring_of(name)
+                    ring = self._rings[name]
                     if not ring.offload(self.store, b.keys, b.indices, info):
                         return False
                 return True
@@ -650,7 +739,10 @@ class TransportLinker(_Base):
         self.store.close()
 
     def __repr__(self) -> str:
-        kind = self.view.hicache_pool_kind + "".join(f"+{name}" for name in self._views if name != _KV)
+        if self.group is not None:
+            kind = "+".join(self._views)
+        else:
+            kind = self.view.hicache_pool_kind + "".join(f"+{name}" for name in self._views if name != _KV)
         return (
             f"TransportLinker(backend={self.settings.backend!r}, kind={kind!r}, "
             f"layers={self.num_layers}, tp_rank={self.tp_rank}/{self.tp_size})"

@@ -29,7 +29,8 @@ class LinkerSettings:
     * ``ranged_reads``: load layer by layer through the transport's ranged reads (``true``),
       or page by page (``false``); by default (``null``) layer by layer where the backend's
       transport reads ranges cheaply (file, Mooncake), for plain models. ``true`` on a
-      backend that cannot, or for an SWA model (loaded pool by pool), is a ``ConfigError``.
+      backend that cannot, or for a model with pools beside its KV (SWA, Mamba, DSA, DeepSeek
+      V4: loaded pool by pool), is a ``ConfigError``.
       Ranged reads run under the backend's resilience layer (deadline, breaker, staging).
     * ``staging``: move pages through the host staging ring (:mod:`.staging`); by default
       (``null``) exactly when the device pool is not on the CPU. ``false`` with a CUDA pool

@@ -14,7 +14,9 @@ its geometry and dtype.
 * Offload: after the ``record_offload_ready`` events, each chunk is copied device to host
   into the ring, then written.
 
-On CPU pools the copies are plain tensor copies (used by the tests: ``"staging": true``).
+Buffers whose rows are whole pages (SGLang's pool group: an indexer, DeepSeek V4's
+compressed pools) are copied a page row at a time. On CPU pools the copies are plain tensor
+copies (used by the tests: ``"staging": true``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 
 from ...spec import PoolName, PoolTransfer
+from .group import PoolEntryView
 from .view import DeviceKVView, DeviceMambaView
 
 __all__ = ["StagingRing"]
@@ -63,7 +66,11 @@ class StagingRing:
     hybrid model)."""
 
     def __init__(
-        self, pool: Any, view: DeviceKVView | DeviceMambaView, pages: int, name: Any = PoolName.KV
+        self,
+        pool: Any,
+        view: DeviceKVView | DeviceMambaView | PoolEntryView,
+        pages: int,
+        name: Any = PoolName.KV,
     ) -> None:
         if pages < 1:
             raise ValueError(f"staging_pages must be >= 1, got {pages}")
@@ -78,21 +85,32 @@ class StagingRing:
             self.mirror = DeviceKVView(
                 _Mirror(pool, view, rows, pin=cuda), view.page_size, kind=view.hicache_pool_kind
             )
-        else:  # a Mamba state view: one slot a page
+        else:  # a Mamba state view (one slot a page), or a view of SGLang's pool group
             self.mirror = view.host_mirror(rows, pin=cuda)
+        #: slots a buffer row holds: 1, or a page (buffers whose rows are pages)
+        self.slots_per_row = getattr(view, "slots_per_row", 1)
         self.stream = torch.cuda.Stream(device=view.device) if cuda else None  # type: ignore[no-untyped-call]
 
     def _rows(self, half: int, n_pages: int) -> torch.Tensor:
         first = half * self.pages * self.page_size
         return torch.arange(first, first + n_pages * self.page_size, dtype=torch.int64)
 
+    def _buffer_rows(self, slots: torch.Tensor, lo: int, hi: int) -> tuple[torch.Tensor, int, int]:
+        """The device slots ``slots`` and ring slots ``lo..hi`` (whole pages) as buffer rows."""
+        n = self.slots_per_row
+        if n == 1:
+            return slots, lo, hi
+        return slots[::n] // n, lo // n, hi // n
+
     def _to_device(self, layer: int, dev_rows: torch.Tensor, lo: int, hi: int) -> None:
         """Ring rows ``lo..hi`` (contiguous, pinned) to the device rows ``dev_rows``."""
+        dev_rows, lo, hi = self._buffer_rows(dev_rows, lo, hi)
         for d, s in zip(self.device_view.layers[layer], self.mirror.layers[layer]):
             d.index_copy_(0, dev_rows.to(d.device), s[lo:hi].to(d.device, non_blocking=True))
 
     def _to_host(self, layer: int, dev_rows: torch.Tensor, lo: int, hi: int) -> None:
         """The device rows ``dev_rows`` to ring rows ``lo..hi``."""
+        dev_rows, lo, hi = self._buffer_rows(dev_rows, lo, hi)
         for d, s in zip(self.mirror.layers[layer], self.device_view.layers[layer]):
             d[lo:hi].copy_(s.index_select(0, dev_rows.to(s.device)))
 
