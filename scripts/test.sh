@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up, then run the whole test suite: lint, types, unit/property/backend/conformance tests,
-# and the real-SGLang environment (the bridge and the linker). With HICACHE_TEST_LMCACHE=1, also
-# a short real-LMCache part (the L2 adapter's contract on the file backend, and end to end
-# through a real `lmcache server`; its env adds about three minutes). Tests start the servers they need themselves
+# the real-SGLang environment (the bridge and the linker), and a short real-LMCache part (the
+# L2 adapter's contract on the file backend, and end to end through a real `lmcache server`;
+# HICACHE_TEST_LMCACHE=0 leaves it out). Tests start the servers they need themselves
 # (on free 127.0.0.1 ports, stopped by PID), one set per pytest worker.
 #
 #   scripts/test.sh           everything (= CI); the core tests (tests/) run in an install
@@ -22,9 +22,15 @@ step() { printf '== %s  [%dm%02ds]\n' "$1" $(((SECONDS - t0) / 60)) $(((SECONDS 
 # Imports write their bytecode (our packages, the tests' assertion rewrites): the test
 # processes and the many subprocesses they start then compile each module once.
 unset PYTHONDONTWRITEBYTECODE
+# Installs skip compiling every module they unpack (torch, transformers, ...): the imports
+# above write the bytecode of the modules the tests use, once.
+export PIP_COMPILE=false
 export CI="${CI:-1}"   # hypothesis "ci" profile: derandomized, bounded examples
 # pytest workers: the tests mostly wait on servers and subprocesses, so one more than the cores.
+# Modules whose set-up is costly (a suite subprocess, a Cluster) mark themselves
+# `xdist_group`: `--dist loadgroup` gives each such module to one worker.
 workers="${HICACHE_TEST_WORKERS:-$(( $(nproc) + 1 ))}"
+xdist=(-n "$workers" --dist loadgroup)
 
 # Steps that run in the background: those still running are killed at exit, their logs removed.
 bg_logs=()
@@ -57,7 +63,7 @@ if [ "$quick" = 1 ]; then
     .venv/bin/vulture
     .venv/bin/mypy
     echo "== pytest (quick: core and file backend)"
-    exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" tests backends/file/tests
+    exec .venv/bin/python -m pytest -q -p no:cacheprovider "${xdist[@]}" tests backends/file/tests
 fi
 
 # The steps below share 2 cores: what waits on servers and subprocesses overlaps with what
@@ -67,13 +73,13 @@ fi
 ids_dir="$(mktemp -d)"
 bg_logs+=("$ids_dir")
 start nocc_log nocc_pid env HICACHE_COLLECTED_IDS="$ids_dir/core" \
-    scripts/nocompiler_check.sh -p no:cacheprovider -n 2
+    scripts/nocompiler_check.sh -p no:cacheprovider -n 2 --dist loadgroup
 scripts/setup.sh
 # Then, in the background: the SGLang and LMCache environments (tox runs each env's
 # install commands, then only asks pytest for its version; their tests then run straight in
 # the built env, without a second round of installs), and the static checks.
 envs=".venv/bin/tox -q -e sglang -- --version"
-if [ "${HICACHE_TEST_LMCACHE:-0}" = 1 ]; then
+if [ "${HICACHE_TEST_LMCACHE:-1}" = 1 ]; then
     envs="$envs && .venv/bin/tox -q -e lmcache -- --version"
 fi
 start envs_log envs_pid sh -c "$envs"
@@ -84,7 +90,7 @@ start static_log static_pid sh -c \
     '.venv/bin/lint-imports --no-logo && .venv/bin/vulture && .venv/bin/mypy'
 
 step "pytest (backends, conformance, the kit; $workers workers)"
-HICACHE_COLLECTED_IDS="$ids_dir/main" .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" \
+HICACHE_COLLECTED_IDS="$ids_dir/main" .venv/bin/python -m pytest -q -p no:cacheprovider "${xdist[@]}" \
     tests/kit backends/file/tests backends/redis/tests backends/s3/tests backends/mooncake/tests \
     conformance/tests
 step "import contracts, dead code, mypy (lint-imports, vulture, mypy; pyproject.toml): result"
@@ -93,11 +99,11 @@ cat "$static_log"
 step "real SGLang 0.5.23: the bridge and the linker (tests/sglang in the tox sglang env)"
 finish "building the tox sglang and lmcache environments" "$envs_pid" "$envs_log"
 PIP_CONSTRAINT="$PWD/constraints.txt" HICACHE_SGLANG_ENV=1 \
-    .tox/sglang/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/sglang
-if [ "${HICACHE_TEST_LMCACHE:-0}" = 1 ]; then
+    .tox/sglang/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup tests/sglang
+if [ "${HICACHE_TEST_LMCACHE:-1}" = 1 ]; then
     step "real LMCache 0.5.6: the L2 adapter on the file backend, and end to end (tox -e lmcache runs all)"
     PIP_CONSTRAINT="$PWD/constraints.txt" HICACHE_LMCACHE_ENV=1 LMCACHE_TRACK_USAGE=false \
-        .tox/lmcache/bin/python -m pytest -q -p no:cacheprovider -n 2 \
+        .tox/lmcache/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup \
         "tests/lmcache/test_l2_end_to_end.py::test_chunks_come_back_from_our_adapter[file]" \
         tests/lmcache/test_l2_contract.py::TestOursOnFile
 fi

@@ -10,6 +10,9 @@ import pytest
 from hicache_conformance.broken.transports import BROKEN_TRANSPORTS
 from route_runs import BACKENDS, Routes, run_routes, strip_class
 
+#: One worker runs this module (``--dist loadgroup``): the module's one run of both routes is set up once.
+pytestmark = pytest.mark.xdist_group("routes")
+
 LABELS = [*BACKENDS, *sorted(BROKEN_TRANSPORTS)]
 #: Caught by the transport tests only (the full suite passes every other test on them).
 TORN_OR_CUT = ("dirstore_in_place", "GrowsInPlace", "LargeWritesCutShort")

@@ -25,6 +25,9 @@ def test_s3_certifies_in_its_default_profile(moto: Any) -> None:
         "endpoint_url": moto.url,
         "access_key_id": "test",
         "secret_access_key": "test",
+        # moto answers HEADs slowly while the other test workers load both cores: a 133-page
+        # existence query can take longer than the 2 s default (see test_s3_conformance.py)
+        "exists_timeout_s": 6.0,
     }
     res = run_check("s3", config, *LEVELS)
     assert res.ok, (res.failures, res.output[-3000:])
