@@ -132,8 +132,9 @@ def page_keys(n: int, salt: str = "") -> list[str]:
     return [hashlib.sha256(f"{base}-{i}".encode()).hexdigest() for i in range(n)]
 
 
-def slots(first_page: int, n_pages: int) -> torch.Tensor:
-    return torch.arange(first_page * PAGE_SIZE, (first_page + n_pages) * PAGE_SIZE, dtype=torch.int64)
+def slots(first_page: int, n_pages: int, page_size: int = PAGE_SIZE) -> torch.Tensor:
+    """The device slots of ``n_pages`` pages from page ``first_page``."""
+    return torch.arange(first_page * page_size, (first_page + n_pages) * page_size, dtype=torch.int64)
 
 
 def transfer(keys: list[str], indices: torch.Tensor | None) -> list[Any]:

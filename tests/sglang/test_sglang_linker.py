@@ -498,17 +498,19 @@ def test_swa_linker_pages_are_hicache_pages(tmp_path: Path) -> None:
         window = PoolTransfer(name=PoolName.SWA, keys=keys[1:], hit_policy=PoolHitPolicy.TRAILING_PAGES)
         assert list(bridge.batch_exists_v2(keys, [window]).restorable_prefix_pages) == [3]
         kv_slots, swa_slots = host_kv.alloc(3 * host_kv.page_size), host_swa.alloc(2 * host_swa.page_size)
-        got = bridge.batch_get_v2(
-            [
-                PoolTransfer(name=PoolName.KV, keys=keys, host_indices=kv_slots),
-                PoolTransfer(
-                    name=PoolName.SWA,
-                    keys=keys[1:],
-                    host_indices=swa_slots,
-                    hit_policy=PoolHitPolicy.TRAILING_PAGES,
-                ),
-            ]
-        )
+
+        def host_transfers(pages: list[str]) -> list[Any]:
+            """The HiCache path's transfers of ``pages`` into the host slots above: every KV
+            page, and the SWA pages of all but the first (the window)."""
+            swa = PoolTransfer(
+                name=PoolName.SWA,
+                keys=pages[1:],
+                host_indices=swa_slots,
+                hit_policy=PoolHitPolicy.TRAILING_PAGES,
+            )
+            return [PoolTransfer(name=PoolName.KV, keys=pages, host_indices=kv_slots), swa]
+
+        got = bridge.batch_get_v2(host_transfers(keys))
         assert [ok for oks in got.values() for ok in oks] == [True] * 5
 
         def flat(sub: Any, page: int) -> bytes:
@@ -532,17 +534,7 @@ def test_swa_linker_pages_are_hicache_pages(tmp_path: Path) -> None:
             for buf in host.kv_buffer if isinstance(host.kv_buffer, list) else [host.kv_buffer]:
                 raw = buf.view(torch.uint8)
                 raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
-        put = bridge.batch_set_v2(
-            [
-                PoolTransfer(name=PoolName.KV, keys=back, host_indices=kv_slots),
-                PoolTransfer(
-                    name=PoolName.SWA,
-                    keys=back[1:],
-                    host_indices=swa_slots,
-                    hit_policy=PoolHitPolicy.TRAILING_PAGES,
-                ),
-            ]
-        )
+        put = bridge.batch_set_v2(host_transfers(back))
         assert [ok for oks in put.values() for ok in oks] == [True] * 5
         assert linker.lookup("b", swa_transfers(back, None, back[1:], None)) == [3]
         dst = swa_pool()
@@ -567,91 +559,101 @@ def test_swa_linker_pages_are_hicache_pages(tmp_path: Path) -> None:
         bridge.close()
 
 
-def test_mamba_models_lookup_load_and_offload(tmp_path: Path) -> None:
+@pytest.fixture
+def mamba_linker(tmp_path: Path) -> Iterator[Make]:
+    """``mamba_linker(kind, seed=None, *, swa=False, **extra)``: ``(linker, kvcache,
+    req_pool)``, a linker on the file backend (one store and model per test) over new
+    hybrid Mamba pools (``mamba_pools``: over an ``mha`` or ``mla`` full-attention pool,
+    with an SWA pool and the SWA component when ``swa``), closed at teardown."""
+    from hicache_conformance.linker_contract import mamba_pools
+
+    cfg = {"root": str(tmp_path)}
+    model = f"org/mamba-{uuid.uuid4().hex[:8]}"
+    made: list[Any] = []
+
+    def mk(kind: str, seed: int | None = None, *, swa: bool = False, **extra: Any) -> tuple[Any, Any, Any]:
+        kvcache, req_pool = mamba_pools(kind, seed, swa=swa)
+        components = {ComponentType.FULL, ComponentType.MAMBA} | ({ComponentType.SWA} if swa else set())
+        linker = build(
+            kvcache,
+            linker_config("file", cfg, **extra),
+            model=model,
+            components=components,
+            req_pool=req_pool,
+        )
+        made.append(linker)
+        return linker, kvcache, req_pool
+
+    yield mk
+    for linker in made:
+        linker.close()
+
+
+def test_mamba_models_lookup_load_and_offload(mamba_linker: Make) -> None:
     """Hybrid Mamba models (SGLang's ``HybridLinearKVPool`` and the ``MambaPool`` of its
     ``HybridReqToTokenPool``): over an MHA full pool (SGLang's own view builder refuses it)
     and with an SWA pool too. Each node's state is stored under its last page, so
     ``lookup`` is sparse; a load restores the KV pages and the state slot; through the
     staging ring too; the layer counter spans every layer and is the request pool's."""
-    from hicache_conformance.linker_contract import kv_mamba, mamba_pools, mamba_state_bytes
+    from hicache_conformance.linker_contract import kv_mamba, mamba_state_bytes
 
-    cfg = {"root": str(tmp_path)}
-    components = {ComponentType.FULL, ComponentType.MAMBA}
-    model = f"org/mamba-{uuid.uuid4().hex[:8]}"
-    (src, src_req), (dst, dst_req) = mamba_pools("mha", 71), mamba_pools("mha")
-    writer = build(src, linker_config("file", cfg), model=model, components=components, req_pool=src_req)
-    reader = build(
-        dst,
-        linker_config("file", cfg, staging=True, staging_pages=1),
-        model=model,
-        components=components,
-        req_pool=dst_req,
-    )
-    try:
-        assert "mha+mamba" in repr(writer) and writer.num_layers == 3 and writer._ranged is None
-        assert dst_req.layer_transfer_counter is reader.layer_done_counter and reader.mamba_ring is not None
-        keys = page_keys(4)
-        for node, state in ((0, 2), (1, 6)):
-            node_keys = keys[2 * node : 2 * node + 2]
-            assert writer.offload(kv_mamba(node_keys, slots(1 + 2 * node, 2), node_keys[-1:], state)) is True
-        assert wait_offloads(writer, 2) == [True, True]
-        assert reader.lookup("r", kv_mamba(keys, None, keys[-1:], None)) == [2, 4]
-        assert reader.lookup("r", transfer(keys, None)) == [1, 2, 3, 4]  # KV alone: every length
-        blank = mamba_state_bytes(dst_req, 4)
-        assert reader.load("r", kv_mamba(keys[:2], slots(8, 2), keys[1:2], 4)) is True
-        assert mamba_state_bytes(dst_req, 4) == blank  # only queued
-        assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
-        assert mamba_state_bytes(dst_req, 4) == mamba_state_bytes(src_req, 2)
-        full_src, full_dst = src.full_kv_pool, dst.full_kv_pool
-        assert sub_bytes(full_dst, slots(8, 2)) == sub_bytes(full_src, slots(1, 2))
-        # a length whose state is missing fails the batch (the store holds no state at page 3)
-        assert reader.load("m", kv_mamba(keys[:3], slots(10, 3), keys[2:3], 5)) is True
-        assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is False
-        from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
+    writer, src, src_req = mamba_linker("mha", 71)
+    reader, dst, dst_req = mamba_linker("mha", staging=True, staging_pages=1)
+    assert "mha+mamba" in repr(writer) and writer.num_layers == 3 and writer._ranged is None
+    assert dst_req.layer_transfer_counter is reader.layer_done_counter and reader.mamba_ring is not None
+    keys = page_keys(4)
+    for node, state in ((0, 2), (1, 6)):
+        node_keys = keys[2 * node : 2 * node + 2]
+        assert writer.offload(kv_mamba(node_keys, slots(1 + 2 * node, 2), node_keys[-1:], state)) is True
+    assert wait_offloads(writer, 2) == [True, True]
+    assert reader.lookup("r", kv_mamba(keys, None, keys[-1:], None)) == [2, 4]
+    assert reader.lookup("r", transfer(keys, None)) == [1, 2, 3, 4]  # KV alone: every length
+    blank = mamba_state_bytes(dst_req, 4)
+    assert reader.load("r", kv_mamba(keys[:2], slots(8, 2), keys[1:2], 4)) is True
+    assert mamba_state_bytes(dst_req, 4) == blank  # only queued
+    assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
+    assert mamba_state_bytes(dst_req, 4) == mamba_state_bytes(src_req, 2)
+    full_src, full_dst = src.full_kv_pool, dst.full_kv_pool
+    assert sub_bytes(full_dst, slots(8, 2)) == sub_bytes(full_src, slots(1, 2))
+    # a length whose state is missing fails the batch (the store holds no state at page 3)
+    assert reader.load("m", kv_mamba(keys[:3], slots(10, 3), keys[2:3], 5)) is True
+    assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is False
+    from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
 
-        bad = PoolTransfer(name=PoolName.MAMBA, keys=keys[:1], device_indices=torch.tensor([1, 2]))
-        with pytest.raises(ValueError, match="2 device indices for 1 pages of the mamba pool of 1 slots"):
-            reader.load("x", [*transfer(keys[:1], slots(8, 1)), bad])
-        # an offload through the ring reads back without it
-        other = page_keys(2)
-        assert reader.offload(kv_mamba(other, slots(8, 2), other[1:], 4)) is True
-        assert wait_offloads(reader, 1) == [True]
-        assert writer.lookup("o", kv_mamba(other, None, other[1:], None)) == [2]
-    finally:
-        writer.close()
-        reader.close()
+    bad = PoolTransfer(name=PoolName.MAMBA, keys=keys[:1], device_indices=torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="2 device indices for 1 pages of the mamba pool of 1 slots"):
+        reader.load("x", [*transfer(keys[:1], slots(8, 1)), bad])
+    # an offload through the ring reads back without it
+    other = page_keys(2)
+    assert reader.offload(kv_mamba(other, slots(8, 2), other[1:], 4)) is True
+    assert wait_offloads(reader, 1) == [True]
+    assert writer.lookup("o", kv_mamba(other, None, other[1:], None)) == [2]
 
     # Mamba + SWA: three pools, one offload result, one load
-    swa_components = {ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA}
-    (src, src_req), (dst, dst_req) = mamba_pools("mha", 72, swa=True), mamba_pools("mha", swa=True)
-    writer = build(src, linker_config("file", cfg), model=model, components=swa_components, req_pool=src_req)
-    reader = build(dst, linker_config("file", cfg), model=model, components=swa_components, req_pool=dst_req)
-    try:
-        assert "mha+swa+mamba" in repr(writer) and writer.num_layers == 3
-        keys = page_keys(2)
-        from sglang_linker_stand import swa_transfers
+    writer, src, src_req = mamba_linker("mha", 72, swa=True)
+    reader, dst, dst_req = mamba_linker("mha", swa=True)
+    assert "mha+swa+mamba" in repr(writer) and writer.num_layers == 3
+    keys = page_keys(2)
+    from sglang_linker_stand import swa_transfers
 
-        both = swa_transfers(keys, slots(1, 2), keys[1:], slots(3, 1))
-        assert writer.offload([*both, kv_mamba(keys, None, keys[1:], 7)[1]]) is True
-        assert wait_offloads(writer, 1) == [True]
-        look = swa_transfers(keys, None, keys[1:], None)
-        assert reader.lookup("r", [*look, kv_mamba(keys, None, keys[1:], None)[1]]) == [2]
-        assert (
-            reader.lookup(
-                "r",
-                [*swa_transfers(keys[:1], None, keys[:1], None), kv_mamba(keys[:1], None, keys[:1], None)[1]],
-            )
-            == []
+    both = swa_transfers(keys, slots(1, 2), keys[1:], slots(3, 1))
+    assert writer.offload([*both, kv_mamba(keys, None, keys[1:], 7)[1]]) is True
+    assert wait_offloads(writer, 1) == [True]
+    look = swa_transfers(keys, None, keys[1:], None)
+    assert reader.lookup("r", [*look, kv_mamba(keys, None, keys[1:], None)[1]]) == [2]
+    assert (
+        reader.lookup(
+            "r",
+            [*swa_transfers(keys[:1], None, keys[:1], None), kv_mamba(keys[:1], None, keys[:1], None)[1]],
         )
-        load = swa_transfers(keys, slots(5, 2), keys[1:], slots(2, 1))
-        assert reader.load("r", [*load, kv_mamba(keys, None, keys[1:], 3)[1]]) is True
-        assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
-        assert mamba_state_bytes(dst_req, 3) == mamba_state_bytes(src_req, 7)
-        assert sub_bytes(dst.full_kv_pool, slots(5, 2)) == sub_bytes(src.full_kv_pool, slots(1, 2))
-        assert sub_bytes(dst.swa_kv_pool, slots(2, 1)) == sub_bytes(src.swa_kv_pool, slots(3, 1))
-    finally:
-        writer.close()
-        reader.close()
+        == []
+    )
+    load = swa_transfers(keys, slots(5, 2), keys[1:], slots(2, 1))
+    assert reader.load("r", [*load, kv_mamba(keys, None, keys[1:], 3)[1]]) is True
+    assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
+    assert mamba_state_bytes(dst_req, 3) == mamba_state_bytes(src_req, 7)
+    assert sub_bytes(dst.full_kv_pool, slots(5, 2)) == sub_bytes(src.full_kv_pool, slots(1, 2))
+    assert sub_bytes(dst.swa_kv_pool, slots(2, 1)) == sub_bytes(src.swa_kv_pool, slots(3, 1))
 
 
 def test_mamba_refusals(tmp_path: Path) -> None:
@@ -717,34 +719,23 @@ def test_mamba_pages_are_not_hicache_pages() -> None:
         assert raw(h[5][:, 0]) == raw(d[:, 3])
 
 
-def test_mamba_state_is_written_by_every_rank_beside_mla_pages(tmp_path: Path) -> None:
+def test_mamba_state_is_written_by_every_rank_beside_mla_pages(mamba_linker: Make) -> None:
     """Mamba over MLA at TP 2: the MLA pages are rank 0's to write, the Mamba state is
     rank-local, so each rank stores its own (and a length needs this rank's state)."""
-    from hicache_conformance.linker_contract import kv_mamba, mamba_pools
+    from hicache_conformance.linker_contract import kv_mamba
 
-    cfg = {"root": str(tmp_path)}
-    components = {ComponentType.FULL, ComponentType.MAMBA}
-    model = f"org/mamba-tp-{uuid.uuid4().hex[:8]}"
-    linkers = []
-    try:
-        for rank in (1, 0):
-            kvcache, req_pool = mamba_pools("mla", 90 + rank)
-            config = linker_config("file", cfg, tp_rank=rank, tp_size=2)
-            linkers.append(build(kvcache, config, model=model, components=components, req_pool=req_pool))
-        rank1, rank0 = linkers
-        keys = page_keys(2)
-        assert rank1.offload(kv_mamba(keys, slots(1, 2), keys[1:], 2)) is True
-        assert wait_offloads(rank1, 1) == [True]
-        assert rank0.lookup("r", transfer(keys, None)) == []  # rank 1 wrote no MLA page
-        assert rank0.offload(kv_mamba(keys, slots(1, 2), keys[1:], 2)) is True
-        assert wait_offloads(rank0, 1) == [True]
-        for linker in linkers:
-            assert linker.lookup("r", kv_mamba(keys, None, keys[1:], None)) == [2]
-        other = page_keys(2)
-        assert rank0.offload(kv_mamba(other, slots(3, 2), other[1:], 3)) is True
-        assert wait_offloads(rank0, 1) == [True]
-        assert rank1.lookup("r", transfer(other, None)) == [1, 2]  # rank 0's MLA pages
-        assert rank1.lookup("r", kv_mamba(other, None, other[1:], None)) == []  # but not its state
-    finally:
-        for linker in linkers:
-            linker.close()
+    rank1, _, _ = mamba_linker("mla", 91, tp_rank=1, tp_size=2)
+    rank0, _, _ = mamba_linker("mla", 90, tp_rank=0, tp_size=2)
+    keys = page_keys(2)
+    assert rank1.offload(kv_mamba(keys, slots(1, 2), keys[1:], 2)) is True
+    assert wait_offloads(rank1, 1) == [True]
+    assert rank0.lookup("r", transfer(keys, None)) == []  # rank 1 wrote no MLA page
+    assert rank0.offload(kv_mamba(keys, slots(1, 2), keys[1:], 2)) is True
+    assert wait_offloads(rank0, 1) == [True]
+    for linker in (rank1, rank0):
+        assert linker.lookup("r", kv_mamba(keys, None, keys[1:], None)) == [2]
+    other = page_keys(2)
+    assert rank0.offload(kv_mamba(other, slots(3, 2), other[1:], 3)) is True
+    assert wait_offloads(rank0, 1) == [True]
+    assert rank1.lookup("r", transfer(other, None)) == [1, 2]  # rank 0's MLA pages
+    assert rank1.lookup("r", kv_mamba(other, None, other[1:], None)) == []  # but not its state

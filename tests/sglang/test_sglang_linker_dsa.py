@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import torch
 from hicache_conformance.linker_contract import offloaded
-from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-from sglang_linker_stand import build, linker_config, page_keys
+from sglang_linker_stand import build, linker_config, page_keys, slots, swa_transfers, transfer
 
 from hicache_sdk.bench.linker import fill_buffers
 from hicache_sdk.errors import ConfigError
@@ -62,14 +62,6 @@ def dsa_page(pool: Any, page: int) -> list[bytes]:
     return kv + index
 
 
-def slots(first_page: int, n_pages: int, page_size: int) -> torch.Tensor:
-    return torch.arange(first_page * page_size, (first_page + n_pages) * page_size, dtype=torch.int64)
-
-
-def kv(keys: list[str], indices: torch.Tensor | None) -> list[Any]:
-    return [PoolTransfer(name=PoolName.KV, keys=list(keys), device_indices=indices)]
-
-
 @pytest.fixture
 def cfg(tmp_path: Path) -> dict[str, Any]:
     return {"root": str(tmp_path)}
@@ -87,12 +79,12 @@ def test_dsa_model_offload_lookup_and_load(cfg: dict[str, Any], tmp_path: Path) 
         assert linker.num_layers == DSA_LAYERS and linker._ranged is None and "kv+indexer" in repr(linker)
         keys = page_keys(3)
         want = [dsa_page(pool, 1 + i) for i in range(3)]
-        assert linker.offload(kv(keys, slots(1, 3, DSA_PAGE))) is True
+        assert linker.offload(transfer(keys, slots(1, 3, DSA_PAGE))) is True
         assert offloaded(linker, 1) == [True]
         fill_buffers([*pool.kv_buffer, *pool.index_k_with_scale_buffer], None)  # the device pool is cleared
-        assert linker.lookup("r", kv(keys, None)) == [1, 2, 3]
+        assert linker.lookup("r", transfer(keys, None)) == [1, 2, 3]
 
-        assert linker.load("r", kv(keys, slots(0, 3, DSA_PAGE))) is True
+        assert linker.load("r", transfer(keys, slots(0, 3, DSA_PAGE))) is True
         assert dsa_page(pool, 0) != want[0]  # only queued
         index = linker.start_layer_wise_loading()
         counter = linker.layer_done_counter
@@ -106,13 +98,15 @@ def test_dsa_model_offload_lookup_and_load(cfg: dict[str, Any], tmp_path: Path) 
         gone = [p for p in tmp_path.rglob(f"{keys[1]}*") if p.parent.parent.name.startswith("indexer-")]
         assert len(gone) == 1
         gone[0].unlink()
-        assert linker.lookup("r", kv(keys, None)) == [1]
-        assert linker.load("m", kv(keys[:2], slots(2, 2, DSA_PAGE))) is True
+        assert linker.lookup("r", transfer(keys, None)) == [1]
+        assert linker.load("m", transfer(keys[:2], slots(2, 2, DSA_PAGE))) is True
         assert linker.finish_layer_wise_loading(linker.start_layer_wise_loading()) is False
         with pytest.raises(
             ValueError, match="serves the pools \\['kv'\\] here, got transfers for \\['swa'\\]"
         ):
-            linker.load("x", [*kv(keys, slots(0, 3, DSA_PAGE)), PoolTransfer(name=PoolName.SWA, keys=keys)])
+            linker.load(
+                "x", [*transfer(keys, slots(0, 3, DSA_PAGE)), PoolTransfer(name=PoolName.SWA, keys=keys)]
+            )
     finally:
         linker.close()
 
@@ -134,21 +128,21 @@ def test_dsa_pages_are_written_by_rank_zero_through_the_ring(cfg: dict[str, Any]
     )
     try:
         keys = page_keys(2)
-        assert rank1.offload(kv(keys, slots(2, 2, DSA_PAGE))) is True
+        assert rank1.offload(transfer(keys, slots(2, 2, DSA_PAGE))) is True
         assert offloaded(rank1, 1) == [True]
-        assert rank0.lookup("t", kv(keys, None)) == []  # rank 1 stored nothing
-        assert rank0.offload(kv(keys, slots(2, 2, DSA_PAGE))) is True
+        assert rank0.lookup("t", transfer(keys, None)) == []  # rank 1 stored nothing
+        assert rank0.offload(transfer(keys, slots(2, 2, DSA_PAGE))) is True
         assert offloaded(rank0, 1) == [True]
         assert sorted(reader._rings) == ["indexer", "kv"]
-        assert reader.lookup("t", kv(keys, None)) == [1, 2]
-        assert reader.load("t", kv(keys, slots(0, 2, DSA_PAGE))) is True
+        assert reader.lookup("t", transfer(keys, None)) == [1, 2]
+        assert reader.load("t", transfer(keys, slots(0, 2, DSA_PAGE))) is True
         assert reader.finish_layer_wise_loading(reader.start_layer_wise_loading()) is True
         assert [dsa_page(dst, i) for i in range(2)] == [dsa_page(src, 2 + i) for i in range(2)]
         # and the ring's offload reads back without it
         other = page_keys(1)
-        assert reader.offload(kv(other, slots(3, 1, DSA_PAGE))) is True  # rank 1: stores nothing
+        assert reader.offload(transfer(other, slots(3, 1, DSA_PAGE))) is True  # rank 1: stores nothing
         assert offloaded(reader, 1) == [True]
-        assert rank0.lookup("o", kv(other, None)) == []
+        assert rank0.lookup("o", transfer(other, None)) == []
     finally:
         for linker in (rank1, rank0, reader):
             linker.close()
@@ -204,17 +198,6 @@ def entry_bytes(linker: Any, name: str, page: int) -> bytes:
     return b"".join(ctypes.string_at(p, n) for p, n in zip(ptrs, sizes))
 
 
-def v4_transfers(
-    keys: list[str], indices: torch.Tensor | None, window: list[str], swa: torch.Tensor | None
-) -> list[Any]:
-    """The KV transfer and the SWA transfer of the trailing window, as SGLang's components
-    build them for DeepSeek V4."""
-    swa_t = PoolTransfer(
-        name=PoolName.SWA, keys=list(window), device_indices=swa, hit_policy=PoolHitPolicy.TRAILING_PAGES
-    )
-    return [*kv(keys, indices), swa_t]
-
-
 @pytest.mark.usefixtures("sglang_runtime")
 def test_deepseek_v4_model_offload_lookup_and_load(cfg: dict[str, Any]) -> None:
     """A DeepSeek V4 model: no KV pool of its own (a logical anchor); its compressed pools
@@ -244,16 +227,17 @@ def test_deepseek_v4_model_offload_lookup_and_load(cfg: dict[str, Any]) -> None:
         want_kv = {n: [entry_bytes(linker, n, 1 + i) for i in range(2)] for n in kv_names}
         want_swa = {n: entry_bytes(linker, n, 2) for n in swa_names}
         assert (
-            linker.offload(v4_transfers(keys, slots(1, 2, V4_PAGE), keys[1:], slots(2, 1, V4_PAGE))) is True
+            linker.offload(swa_transfers(keys, slots(1, 2, V4_PAGE), keys[1:], slots(2, 1, V4_PAGE))) is True
         )
         assert offloaded(linker, 1) == [True]
         fill_buffers([b for e in linker.group.entries for b in e.kv_buffer], None)
-        assert linker.lookup("r", v4_transfers(keys, None, keys[1:], None)) == [2]
-        assert linker.lookup("r", v4_transfers(keys[:1], None, keys[:1], None)) == []  # no window at 1
-        assert linker.lookup("r", kv(keys, None)) == []  # the SWA component's transfer is needed
+        assert linker.lookup("r", swa_transfers(keys, None, keys[1:], None)) == [2]
+        assert linker.lookup("r", swa_transfers(keys[:1], None, keys[:1], None)) == []  # no window at 1
+        assert linker.lookup("r", transfer(keys, None)) == []  # the SWA component's transfer is needed
 
         assert (
-            linker.load("r", v4_transfers(keys, slots(3, 2, V4_PAGE), keys[1:], slots(0, 1, V4_PAGE))) is True
+            linker.load("r", swa_transfers(keys, slots(3, 2, V4_PAGE), keys[1:], slots(0, 1, V4_PAGE)))
+            is True
         )
         index = linker.start_layer_wise_loading()
         linker.layer_done_counter.set_consumer(index)
