@@ -118,6 +118,11 @@ class SuiteBase:
     #: Run the transport tests (off for a subclass that changes only what sits above the
     #: transport, e.g. the key scheme, when its base class runs them on the same transport).
     transport_tests: ClassVar[bool] = True
+    #: Run only these levels (as ``--level`` names them: ``("L0", "L1", "L2")``); the others
+    #: are skipped with the reason. For a subclass that changes only the names above the
+    #: transport (the key scheme), whose base class runs the other levels on the same store.
+    #: ``None``: every level.
+    levels: ClassVar[tuple[str, ...] | None] = None
     #: Shrink a failing stateful example (off only to prove a known fault fast).
     stateful_shrink: ClassVar[bool] = True
 

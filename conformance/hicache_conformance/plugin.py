@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from .capabilities import (
+    LEVELS,
     PROFILES,
     mla_not_certified,
     parse_capabilities,
@@ -233,6 +234,19 @@ def _suite_info(item: pytest.Item) -> tuple[int | None, tuple[str, ...]] | None:
     return test_level(fn), test_requires(fn)
 
 
+def _skip_outside_class_levels(item: pytest.Item, level: int | None) -> None:
+    """Skip a test whose level its class leaves out (``BackendSuite.levels``)."""
+    only = getattr(item.cls, "levels", None)  # type: ignore[attr-defined]
+    if only is None or level is None or level in (parse_levels(list(only)) or ()):
+        return
+    name = LEVELS.get(level, str(level))
+    item.add_marker(
+        pytest.mark.skip(
+            reason=f"{item.cls.__name__}.levels = {tuple(only)} leaves out {name}"  # type: ignore[attr-defined]
+        )
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     levels = parse_levels(config.getoption("--hicache-level"))
     keep, drop = [], []
@@ -242,6 +256,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             drop.append(item)
             continue
         keep.append(item)
+        if info is not None:
+            _skip_outside_class_levels(item, info[0])
         if info is not None:
             callspec = getattr(item, "callspec", None)
             params = callspec.params if callspec is not None else {}

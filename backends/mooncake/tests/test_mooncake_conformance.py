@@ -51,6 +51,9 @@ class TestMooncakeBackendSGLangMooncake(TestMooncakeBackend):
     puts in front of every object name, so the raw view's names are relative to it."""
 
     transport_tests = False  # the base class runs them on the same transport
+    # L3 (concurrency) and L4 (faults) exercise the transport and the resilience layer, not
+    # the names: the base class runs them on the same store
+    levels = ("L0", "L1", "L2", "stateful")
     stateful_examples = 5  # the base class runs the full stateful test on the same store
 
     config = {"key_scheme": "sglang-mooncake"}

@@ -118,6 +118,9 @@ class TestRedisBackendSGLangMooncake(TestRedisBackend):
     """SGLang's Mooncake key names (no namespace): a private key prefix per test namespace."""
 
     transport_tests = False  # the base class runs them on the same transport
+    # L3 (concurrency) and L4 (faults) exercise the transport and the resilience layer, not
+    # the names: the base class runs them on the same store
+    levels = ("L0", "L1", "L2", "stateful")
 
     config = {**TestRedisBackend.config, "key_scheme": "sglang-mooncake"}
     declared_capabilities = None
