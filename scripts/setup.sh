@@ -28,7 +28,7 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install -c constraints.txt torch numpy
 "${PIP[@]}" install -c constraints.txt -r requirements-dev.txt
 # s3 backend: boto3, and moto_server (a real S3-protocol server) for its tests and benchmark.
-"${PIP[@]}" install -c constraints.txt boto3 "moto[server]"
+"${PIP[@]}" install -c constraints.txt boto3 moto flask flask-cors
 "${PIP[@]}" install -c constraints.txt -e . -e backends/file -e backends/redis -e conformance \
     -e "backends/mooncake[cpu]"
 "${PIP[@]}" install -c constraints.txt --no-deps -e backends/s3
