@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up, then run the whole test suite: lint, types, unit/property/backend/conformance tests,
 # the real-SGLang environment (the bridge and the linker), and a short real-LMCache part (the
-# L2 adapter's contract on the file backend, and end to end through a real `lmcache server`;
+# L2 adapter's and the connector's contracts on the file backend, and end to end through a
+# real `lmcache server`;
 # HICACHE_TEST_LMCACHE=0 leaves it out). Tests start the servers they need themselves
 # (on free 127.0.0.1 ports, stopped by PID), one set per pytest worker.
 #
@@ -101,11 +102,11 @@ finish "building the tox sglang and lmcache environments" "$envs_pid" "$envs_log
 PIP_CONSTRAINT="$PWD/constraints.txt" HICACHE_SGLANG_ENV=1 \
     .tox/sglang/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup tests/sglang
 if [ "${HICACHE_TEST_LMCACHE:-1}" = 1 ]; then
-    step "real LMCache 0.5.6: the L2 adapter on the file backend, and end to end (tox -e lmcache runs all)"
+    step "real LMCache 0.5.6: the L2 adapter and the connector on the file backend, and end to end (tox -e lmcache runs all)"
     PIP_CONSTRAINT="$PWD/constraints.txt" HICACHE_LMCACHE_ENV=1 LMCACHE_TRACK_USAGE=false \
         .tox/lmcache/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup \
         "tests/lmcache/test_l2_end_to_end.py::test_chunks_come_back_from_our_adapter[file]" \
-        tests/lmcache/test_l2_contract.py::TestOursOnFile
+        tests/lmcache/test_l2_contract.py::TestOursOnFile tests/lmcache/test_connector.py::TestOursOnFile
 fi
 step "without a C compiler, and the core tests (scripts/nocompiler_check.sh): result"
 finish "scripts/nocompiler_check.sh" "$nocc_pid" "$nocc_log"
