@@ -28,10 +28,7 @@ unset PYTHONDONTWRITEBYTECODE
 export PIP_COMPILE=false
 export CI="${CI:-1}"   # hypothesis "ci" profile: derandomized, bounded examples
 # pytest workers: the tests mostly wait on servers and subprocesses, so one more than the cores.
-# Modules whose set-up is costly (a suite subprocess, a Cluster) mark themselves
-# `xdist_group`: `--dist loadgroup` gives each such module to one worker.
 workers="${HICACHE_TEST_WORKERS:-$(( $(nproc) + 1 ))}"
-xdist=(-n "$workers" --dist loadgroup)
 
 # Steps that run in the background: those still running are killed at exit, their logs removed.
 bg_logs=()
@@ -64,7 +61,7 @@ if [ "$quick" = 1 ]; then
     .venv/bin/vulture
     .venv/bin/mypy
     echo "== pytest (quick: core and file backend)"
-    exec .venv/bin/python -m pytest -q -p no:cacheprovider "${xdist[@]}" tests backends/file/tests
+    exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" tests backends/file/tests
 fi
 
 # The steps below share 2 cores: what waits on servers and subprocesses overlaps with what
@@ -74,7 +71,7 @@ fi
 ids_dir="$(mktemp -d)"
 bg_logs+=("$ids_dir")
 start nocc_log nocc_pid env HICACHE_COLLECTED_IDS="$ids_dir/core" \
-    scripts/nocompiler_check.sh -p no:cacheprovider -n 2 --dist loadgroup
+    scripts/nocompiler_check.sh -p no:cacheprovider -n 2
 scripts/setup.sh
 # Then, in the background: the SGLang and LMCache environments (tox runs each env's
 # install commands, then only asks pytest for its version; their tests then run straight in
@@ -91,7 +88,7 @@ start static_log static_pid sh -c \
     '.venv/bin/lint-imports --no-logo && .venv/bin/vulture && .venv/bin/mypy'
 
 step "pytest (backends, conformance, the kit; $workers workers)"
-HICACHE_COLLECTED_IDS="$ids_dir/main" .venv/bin/python -m pytest -q -p no:cacheprovider "${xdist[@]}" \
+HICACHE_COLLECTED_IDS="$ids_dir/main" .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" \
     tests/kit backends/file/tests backends/redis/tests backends/s3/tests backends/mooncake/tests \
     conformance/tests
 step "import contracts, dead code, mypy (lint-imports, vulture, mypy; pyproject.toml): result"
@@ -100,11 +97,11 @@ cat "$static_log"
 step "real SGLang 0.5.23: the bridge and the linker (tests/sglang in the tox sglang env)"
 finish "building the tox sglang and lmcache environments" "$envs_pid" "$envs_log"
 PIP_CONSTRAINT="$PWD/constraints.txt" HICACHE_SGLANG_ENV=1 \
-    .tox/sglang/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup tests/sglang
+    .tox/sglang/bin/python -m pytest -q -p no:cacheprovider -n 2 tests/sglang
 if [ "${HICACHE_TEST_LMCACHE:-1}" = 1 ]; then
     step "real LMCache 0.5.6: the L2 adapter and the connector on the file backend, and end to end (tox -e lmcache runs all)"
     PIP_CONSTRAINT="$PWD/constraints.txt" HICACHE_LMCACHE_ENV=1 LMCACHE_TRACK_USAGE=false \
-        .tox/lmcache/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup \
+        .tox/lmcache/bin/python -m pytest -q -p no:cacheprovider -n 2 \
         "tests/lmcache/test_l2_end_to_end.py::test_chunks_come_back_from_our_adapter[file]" \
         tests/lmcache/test_l2_contract.py::TestOursOnFile tests/lmcache/test_connector.py::TestOursOnFile
 fi

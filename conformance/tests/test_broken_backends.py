@@ -18,9 +18,6 @@ from typing import Any
 import pytest
 from suite_runs import ALSO_FAILS, BROKEN, FILELIKE, PROFILES, STATEFUL, Run, cls_of, fails, profiles_of
 
-#: One worker runs this module (``--dist loadgroup``): the session's one suite subprocess (``suite_run``) is set up once.
-pytestmark = pytest.mark.xdist_group("suite_run")
-
 
 def _expect_broken(run: Run, target: str, profile: str) -> dict[str, dict[str, Any]]:
     cls = cls_of(target)

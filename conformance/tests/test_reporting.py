@@ -16,11 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from suite_runs import Run
-
-#: One worker runs this module (``--dist loadgroup``): the session's one suite subprocess (``suite_run``) is set up once.
-pytestmark = pytest.mark.xdist_group("suite_run")
 
 
 def _tests(run: Run, cls: str, name: str) -> list[dict[str, Any]]:

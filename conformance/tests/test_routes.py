@@ -8,20 +8,12 @@ from typing import Any
 
 import pytest
 from hicache_conformance.broken.transports import BROKEN_TRANSPORTS
-from route_runs import BACKENDS, Routes, run_routes, strip_class
-
-#: One worker runs this module (``--dist loadgroup``): the module's one run of both routes is set up once.
-pytestmark = pytest.mark.xdist_group("routes")
+from route_runs import BACKENDS, Routes, strip_class
 
 LABELS = [*BACKENDS, *sorted(BROKEN_TRANSPORTS)]
 #: Caught by the transport tests only (the full suite passes every other test on them).
 TORN_OR_CUT = ("dirstore_in_place", "GrowsInPlace", "LargeWritesCutShort")
 PARTIAL = "test_transport_write_is_never_partially_visible"
-
-
-@pytest.fixture(scope="module")
-def routes(tmp_path_factory: pytest.TempPathFactory) -> Routes:
-    return run_routes(tmp_path_factory.mktemp("routes"))
 
 
 def _by_test(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

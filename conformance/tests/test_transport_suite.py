@@ -15,9 +15,6 @@ from hicache_conformance.broken.transports import BROKEN_TRANSPORTS
 from hicache_conformance.raw_transport import TransportRawObjects
 from suite_runs import Run
 
-#: One worker runs this module (``--dist loadgroup``): the session's one suite subprocess (``suite_run``) is set up once.
-pytestmark = pytest.mark.xdist_group("suite_run")
-
 _ROOT = tempfile.mkdtemp(prefix="hicache-transport-conformance-")
 atexit.register(shutil.rmtree, _ROOT, True)
 

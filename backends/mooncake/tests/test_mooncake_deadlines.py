@@ -19,9 +19,6 @@ from hicache_backend_mooncake import MooncakeStorage
 from hicache_sdk import HiCacheStorageConfig
 from hicache_sdk.hostpool import MHAHostPool
 
-#: One worker runs this module (``--dist loadgroup``): the module's cluster is set up once.
-pytestmark = pytest.mark.xdist_group("mooncake_deadlines")
-
 EXISTS_S, TRANSFER_S, SLACK_S = 0.2, 1.0, 0.1
 PAGE = 4
 

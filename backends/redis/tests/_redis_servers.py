@@ -152,29 +152,48 @@ class RedisClusterServers:
         self.cli_args = list(cli_args or [])
         if tls is not None:
             self.cli_args += ["--tls", "--cacert", str(tls.ca)]
+        self._masters, self._opts, self._tls = masters, opts, tls is not None
+        self.nodes = self._new_nodes()
+
+    def _new_nodes(self) -> list[RedisServer]:
         # an explicit bus port: the default (port + 10000) may not exist for a high free port
-        self.nodes = [
-            RedisServer(extra=[*opts, "--cluster-port", str(free_port())], tls_port=tls is not None)
-            for _ in range(masters)
+        return [
+            RedisServer(extra=[*self._opts, "--cluster-port", str(free_port())], tls_port=self._tls)
+            for _ in range(self._masters)
         ]
 
     @property
     def url(self) -> str:
         return self.nodes[0].url
 
-    def start(self) -> None:
-        try:
-            for n in self.nodes:
-                n.start()
-            subprocess.run(
-                ["redis-cli", *self.cli_args, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
-                 "--cluster-replicas", "0", "--cluster-yes"],
-                check=True, capture_output=True, timeout=60,
-            )  # fmt: skip
-            self.wait_ok()
-        except BaseException:
-            self.close()
-            raise
+    def start(self, attempts: int = 3) -> None:
+        """Start the nodes and join them. A free port can be taken between its pick and the
+        server's bind (other test workers start servers too), and ``redis-cli --cluster
+        create`` gives up on a node that answers late on a loaded machine: each retry starts
+        new nodes on new ports."""
+        for attempt in range(attempts):
+            try:
+                for n in self.nodes:
+                    n.start()
+                res = subprocess.run(
+                    ["redis-cli", *self.cli_args, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                     "--cluster-replicas", "0", "--cluster-yes"],
+                    capture_output=True, text=True, timeout=60,
+                )  # fmt: skip
+                if res.returncode != 0:
+                    raise RuntimeError(
+                        f"redis-cli --cluster create: exit {res.returncode}\n{res.stdout}{res.stderr}"
+                    )
+                self.wait_ok()
+                return
+            except Exception:
+                self.close()
+                if attempt == attempts - 1:
+                    raise
+                self.nodes = self._new_nodes()
+            except BaseException:
+                self.close()
+                raise
 
     def cli(self, node: RedisServer, *args: str) -> str:
         return subprocess.run(

@@ -22,9 +22,6 @@ from hicache_sdk.errors import ClearRefusedError
 from hicache_sdk.hostpool import MHAHostPool
 from hicache_sdk.spec import HiCacheStorageConfig
 
-#: One worker runs this module (``--dist loadgroup``): the module's servers is set up once.
-pytestmark = pytest.mark.xdist_group("redis_clear")
-
 #: (key_prefix, model) of neighbours that share one server.
 NEIGHBOURS = [
     ("p:", "m"),

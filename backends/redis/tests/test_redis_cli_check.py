@@ -11,9 +11,6 @@ import pytest
 from _redis_servers import RedisClusterServers, RedisServer
 from hicache_conformance.run import run_check
 
-#: One worker runs this module (``--dist loadgroup``): the module's Cluster is set up once.
-pytestmark = pytest.mark.xdist_group("redis_cli_check")
-
 #: The levels the command runs here: all but ``stateful``, whose one test (30 hypothesis
 #: examples of calls against the reference model) the backend's ``BackendSuite`` class runs
 #: on the same kind of server; the two routes collect the same tests

@@ -14,9 +14,6 @@ from hicache_backend_redis import RedisConfig
 from hicache_backend_redis.cluster_transport import RedisClusterTransport
 from redis.crc import key_slot
 
-#: One worker runs this module (``--dist loadgroup``): the module's Cluster is set up once.
-pytestmark = pytest.mark.xdist_group("redis_cluster")
-
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisClusterServers]:

@@ -17,9 +17,6 @@ from redis.crc import key_slot
 
 from hicache_sdk import ConfigError
 
-#: One worker runs this module (``--dist loadgroup``): the module's TLS Cluster is set up once.
-pytestmark = pytest.mark.xdist_group("redis_cluster_tls")
-
 if shutil.which("openssl") is None:  # pragma: no cover - depends on the machine
     pytest.skip("openssl not installed", allow_module_level=True)
 

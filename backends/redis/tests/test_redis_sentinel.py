@@ -22,9 +22,6 @@ from hicache_backend_redis import RedisConfig, RedisTransport
 
 from hicache_sdk import ConfigError, TransportError
 
-#: One worker runs this module (``--dist loadgroup``): the module's servers is set up once.
-pytestmark = pytest.mark.xdist_group("redis_sentinel")
-
 
 def _call(port: int, *args: str | int) -> Any:
     return call(port, *args)
