@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pickle
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -33,6 +34,26 @@ def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, compute: C
         value = compute(tmp_path_factory.mktemp(name))
         result.write_bytes(pickle.dumps(value))
         return value
+
+
+#: fixture name -> (result name, what computes it)
+_SHARED: dict[str, tuple[str, Callable[[Path], object]]] = {
+    "suite_run": ("suite-runs", run_all),
+    "routes": ("routes", run_routes),
+}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the shared runs the selected tests need in the background, as soon as the tests
+    are collected: the subprocesses run while this worker runs other tests (the first
+    worker to take a run's lock computes it; the others' threads wait and read it)."""
+    needed = {name for item in session.items for name in getattr(item, "fixturenames", ()) if name in _SHARED}
+    factory = session.config._tmp_path_factory  # type: ignore[attr-defined]
+    for fixture in sorted(needed):
+        name, compute = _SHARED[fixture]
+        threading.Thread(
+            target=once_per_run, args=(factory, name, compute), daemon=True, name=f"shared-{name}"
+        ).start()
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,8 @@ def test_s3_certifies_in_its_default_profile(moto: Any) -> None:
         # moto answers HEADs slowly while the other test workers load both cores: a 133-page
         # existence query can take longer than the 2 s default (see test_s3_conformance.py)
         "exists_timeout_s": 6.0,
+        # and a 128-page batch of PUTs longer than the 5 s default (no L4 test runs here)
+        "transfer_timeout_s": 15.0,
     }
     res = run_check("s3", config, *LEVELS)
     assert res.ok, (res.failures, res.output[-3000:])
