@@ -33,7 +33,7 @@ def _make(cluster: RedisClusterServers, prefix: str, **kw: Any) -> RedisClusterT
     others = [f"127.0.0.1:{n.port}" for n in cluster.nodes[1:]]
     return RedisClusterTransport(
         RedisConfig(url=cluster.url, cluster=True, startup_nodes=tuple(others), key_prefix=prefix,
-                    connect_timeout_s=0.5, socket_timeout_s=2.0, **kw)
+                    **{"connect_timeout_s": 0.5, "socket_timeout_s": 2.0, **kw})
     )  # fmt: skip
 
 
@@ -204,7 +204,9 @@ def test_cancel_stops_a_cluster_read_waiting_on_slow_nodes(cluster: RedisCluster
     from hicache_sdk.errors import Cancelled
     from hicache_sdk.kit import CancelToken
 
-    t = _make(cluster, "c4:")
+    # the read after the cancel reconnects to every node: on a loaded machine that can take
+    # longer than the other tests' 0.5 s connect timeout
+    t = _make(cluster, "c4:", connect_timeout_s=3.0, socket_timeout_s=5.0)
     try:
         pages = [np.full(200_000, i + 1, np.uint8) for i in range(30)]
         keys = [f"k{i}" for i in range(30)]
