@@ -258,7 +258,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         keep.append(item)
         if info is not None:
             _skip_outside_class_levels(item, info[0])
-        if info is not None:
             callspec = getattr(item, "callspec", None)
             params = callspec.params if callspec is not None else {}
             outcome = Outcome(

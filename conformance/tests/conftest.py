@@ -49,6 +49,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     worker to take a run's lock computes it; the others' threads wait and read it)."""
     needed = {name for item in session.items for name in getattr(item, "fixturenames", ()) if name in _SHARED}
     factory = session.config._tmp_path_factory  # type: ignore[attr-defined]
+    factory.getbasetemp()  # made here: pytest's first call creates it, and is not thread-safe
     for fixture in sorted(needed):
         name, compute = _SHARED[fixture]
         threading.Thread(
@@ -58,9 +59,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session")
 def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return once_per_run(tmp_path_factory, "suite-runs", run_all)
+    return once_per_run(tmp_path_factory, *_SHARED["suite_run"])
 
 
 @pytest.fixture(scope="session")
 def routes(tmp_path_factory: pytest.TempPathFactory) -> Routes:
-    return once_per_run(tmp_path_factory, "routes", run_routes)
+    return once_per_run(tmp_path_factory, *_SHARED["routes"])
